@@ -1,0 +1,107 @@
+"""AttnResLM: a Qwen3-architecture decoder whose residual connections are a pluggable scheme."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnres.model.config import ModelConfig
+from attnres.model.layers import DecoderLayer, RotaryEmbedding
+from attnres.norm import RMSNorm
+from attnres.residual import ResidualScheme, build_residual
+from attnres.routing import Router
+
+
+@dataclass
+class CausalLMOutput:
+    """logits (B, T, V); loss (scalar) when labels were given; routing when asked (see forward)."""
+
+    logits: torch.Tensor
+    loss: torch.Tensor | None = None
+    routing: list[torch.Tensor] | None = None
+
+
+class AttnResLM(nn.Module):
+    """Decoder-only language model: embed, 2L pre-norm sub-layers joined by `residual`, norm, head.
+
+    The loop over sub-layers is written once; `self.residual` (a ResidualScheme) decides each
+    sub-layer's input and records its output. Sub-layer parameter names do not depend on the
+    variant, so a `standard` state dict loads into any variant with `strict=False`, leaving only
+    `residual.routers.*` missing.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
+        self.residual: ResidualScheme = build_residual(config)
+        self.reset_parameters()
+        if config.tie_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    @property
+    def routers(self) -> nn.ModuleList:
+        """Router modules in sub-layer order, the final router last where the variant has one."""
+        return self.residual.routers
+
+    def reset_parameters(self) -> None:
+        """Linear and embedding weights N(0, init_std); norm gains one; queries and gates zero."""
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            elif isinstance(module, (RMSNorm, Router)):
+                module.reset_parameters()
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
+                return_routing: bool = False) -> CausalLMOutput:
+        """input_ids (B, T) int -> CausalLMOutput.
+
+        labels (B, T): next-token targets, shifted inside (position t predicts labels[t + 1]);
+        -100 is ignored. With return_routing, `routing` is a list with one (B, T, n_sources) fp32
+        tensor of softmax weights per router, in the order of `self.routers`.
+        """
+        self._check_input_ids(input_ids)
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        embedding = self.embed_tokens(input_ids)
+        rope = self.rotary(positions, embedding.dtype)
+        state = self.residual.start(embedding, record_routing=return_routing)
+        for i, layer in enumerate(self.layers):
+            s = 2 * i
+            self.residual.after(s, state, layer.attention_delta(self.residual.sublayer_input(s, state), rope))
+            self.residual.after(s + 1, state, layer.mlp_delta(self.residual.sublayer_input(s + 1, state)))
+        logits = self.lm_head(self.norm(self.residual.finish(state)))
+        loss = None if labels is None else next_token_loss(logits, labels)
+        return CausalLMOutput(logits=logits, loss=loss, routing=state.routing)
+
+    def _check_input_ids(self, input_ids: torch.Tensor) -> None:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
+        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
+            raise ValueError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+        if input_ids.shape[1] > self.config.max_seq_len:
+            raise ValueError(f"input_ids has seq_len {input_ids.shape[1]}, longer than the configured "
+                             f"maximum ModelConfig.max_seq_len={self.config.max_seq_len}")
+        if torch.compiler.is_compiling() or input_ids.numel() == 0:
+            return  # the range check needs a device sync; compiled graphs skip it
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= self.config.vocab_size:
+            raise ValueError(f"input_ids must be token ids in [0, vocab_size={self.config.vocab_size}), "
+                             f"got values from {low} to {high}")
+
+
+def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of logits[:, t] against labels[:, t + 1], fp32, ignoring -100.
+
+    logits (B, T, V), labels (B, T) -> scalar.
+    """
+    if labels.shape != logits.shape[:2]:
+        raise ValueError(f"labels must have shape {tuple(logits.shape[:2])} like input_ids, got {tuple(labels.shape)}")
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+

@@ -1,0 +1,101 @@
+"""Qwen3-architecture sub-layers: rotary embedding, grouped-query attention, SwiGLU MLP.
+
+Sub-layers know nothing of residuals: each maps a normalised input to its output delta; the
+residual scheme decides what they see and where their outputs go. Parameter names follow
+Hugging Face's Qwen3 (q_proj, k_norm, gate_proj, input_layernorm, ...).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnres.model.config import ModelConfig
+from attnres.norm import RMSNorm
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for rotary position embedding (rotate-half convention, as Qwen3/Llama)."""
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        super().__init__()
+        # Computed in fp32, as Qwen3/Llama checkpoints were trained with, so conversions match exactly.
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions (T,) -> cos, sin of shape (T, head_dim) in `dtype`, computed in >= fp32."""
+        compute = torch.promote_types(dtype, torch.float32)
+        angles = positions.to(compute)[:, None] * self.inv_freq.to(compute)[None, :]
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x (B, H, T, hd) rotated by position: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    """Causal grouped-query attention with per-head RMSNorm on queries and keys (Qwen3)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
+        d = config.hidden_size
+        self.q_proj = nn.Linear(d, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.num_heads * self.head_dim, d, bias=False)
+        self.q_norm = RMSNorm(self.head_dim, config.norm_eps)
+        self.k_norm = RMSNorm(self.head_dim, config.norm_eps)
+
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """x (B, T, D), rope = (cos, sin) each (T, hd) -> (B, T, D)."""
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        cos, sin = rope
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        groups = self.num_heads // self.num_kv_heads
+        if groups > 1:
+            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, D) -> (B, T, D)."""
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """One transformer layer = two sub-layers, each with its pre-norm: attention, then MLP."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
+        self.mlp = MLP(config)
+
+    def attention_delta(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Even sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D)."""
+        return self.self_attn(self.input_layernorm(h), rope)
+
+    def mlp_delta(self, h: torch.Tensor) -> torch.Tensor:
+        """Odd sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D)."""
+        return self.mlp(self.post_attention_layernorm(h))

@@ -1,0 +1,60 @@
+"""Source policies: which tensors each router may look at (METHOD §3)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SourcePolicy:
+    """Sources = the embedding, each completed block's summary, and optionally the current partial.
+
+    Sub-layers are grouped into consecutive blocks of `block_size` (the last may be shorter).
+    A block's summary is the sum of its sub-layers' outputs; with `block_size == 1` that is the
+    sub-layer's own output delta. `partial_source` adds the running sum of the current block's
+    outputs once it is non-empty (Block AttnRes's b_n^j; Delta Block's "partial" conversion).
+    `symbol` names completed sources in traces: "d" (per sub-layer delta, d{s}), "b" (block summary,
+    b{n}) or "D" (block delta, D{n}); "p" is the partial and "e" the embedding.
+    """
+
+    num_sublayers: int
+    block_size: int
+    partial_source: bool
+    symbol: str
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.block_size <= self.num_sublayers:
+            raise ValueError(f"block_size must be in [1, {self.num_sublayers}], got {self.block_size}")
+        if self.symbol not in ("d", "b", "D"):
+            raise ValueError(f"symbol must be one of ['d', 'b', 'D'], got {self.symbol!r}")
+
+    @classmethod
+    def blocks(cls, num_sublayers: int, num_blocks: int, partial_source: bool, symbol: str) -> "SourcePolicy":
+        """Policy for `num_blocks` blocks of ceil(num_sublayers / num_blocks) sub-layers."""
+        return cls(num_sublayers, math.ceil(num_sublayers / num_blocks), partial_source, symbol)
+
+    @property
+    def num_blocks(self) -> int:
+        return math.ceil(self.num_sublayers / self.block_size)
+
+    def block_of(self, s: int) -> int:
+        """1-based index of the block that sub-layer s belongs to."""
+        return s // self.block_size + 1
+
+    def closes_block(self, s: int) -> bool:
+        """True when sub-layer s is the last of its block."""
+        return (s + 1) % self.block_size == 0 or s == self.num_sublayers - 1
+
+    def source_names(self, s: int) -> list[str]:
+        """Names of the sources router s sees, in order, e.g. ['e', 'b1', 'p']."""
+        first_in_block = s % self.block_size == 0
+        names = ["e"] + [self._completed_name(k) for k in range(1, self.block_of(s))]
+        return names + ([] if first_in_block or not self.partial_source else ["p"])
+
+    def final_source_names(self) -> list[str]:
+        """Names of the sources a final router sees: the embedding and every block."""
+        return ["e"] + [self._completed_name(k) for k in range(1, self.num_blocks + 1)]
+
+    def _completed_name(self, k: int) -> str:
+        return f"d{k - 1}" if self.symbol == "d" else f"{self.symbol}{k}"

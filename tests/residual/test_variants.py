@@ -1,0 +1,215 @@
+"""Each variant's logits against an independent step-by-step reference written from METHOD §3.
+
+The reference below shares no code with attnres: it reads the model's parameters by name and
+recomputes everything (RMSNorm, rotary embedding, attention, SwiGLU, routing, the residual
+bookkeeping) with plain tensor operations in float64. Its standard path is checked against
+Hugging Face's Qwen3 in tests/model/test_decoder.py through the library model.
+"""
+
+import math
+
+import pytest
+import torch
+
+from attnres import AttnResLM, ModelConfig
+
+
+def rmsnorm(x, gain, eps):
+    return gain * x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+
+
+def rotate(x, positions, theta):
+    hd = x.shape[-1]
+    inv_freq = (1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))).double()
+    angle = positions[:, None].double() * inv_freq[None]
+    cos, sin = torch.cat([angle, angle], -1).cos(), torch.cat([angle, angle], -1).sin()
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2:]
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def attention(p, pre, x, cfg):
+    b, t, _ = x.shape
+    h, kvh, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    q = rmsnorm((x @ p[pre + "q_proj.weight"].T).view(b, t, h, hd), p[pre + "q_norm.weight"], cfg.norm_eps)
+    k = rmsnorm((x @ p[pre + "k_proj.weight"].T).view(b, t, kvh, hd), p[pre + "k_norm.weight"], cfg.norm_eps)
+    v = (x @ p[pre + "v_proj.weight"].T).view(b, t, kvh, hd)
+    pos = torch.arange(t)
+    q, k = rotate(q.transpose(1, 2), pos, cfg.rope_theta), rotate(k.transpose(1, 2), pos, cfg.rope_theta)
+    v = v.transpose(1, 2)
+    out = torch.zeros(b, h, t, hd, dtype=x.dtype)
+    for head in range(h):
+        kv = head // (h // kvh)
+        scores = q[:, head] @ k[:, kv].transpose(-1, -2) / math.sqrt(hd)
+        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+        out[:, head] = scores.softmax(-1) @ v[:, kv]
+    return out.transpose(1, 2).reshape(b, t, h * hd) @ p[pre + "o_proj.weight"].T
+
+
+def mlp(p, pre, x):
+    gate, up = x @ p[pre + "gate_proj.weight"].T, x @ p[pre + "up_proj.weight"].T
+    return (gate * torch.sigmoid(gate) * up) @ p[pre + "down_proj.weight"].T
+
+
+def sublayer(p, s, h, cfg):
+    """delta_s = f_s(Norm_s(h)): even s attention, odd s MLP."""
+    pre = f"layers.{s // 2}."
+    if s % 2 == 0:
+        return attention(p, pre + "self_attn.", rmsnorm(h, p[pre + "input_layernorm.weight"], cfg.norm_eps), cfg)
+    return mlp(p, pre + "mlp.", rmsnorm(h, p[pre + "post_attention_layernorm.weight"], cfg.norm_eps))
+
+
+def route(p, r, sources, eps):
+    """R(w, g; V_1..V_n) = sum_i softmax_i(w . RMSNorm_g(V_i)) V_i, times the gate if any."""
+    w, g = p[f"residual.routers.{r}.query"], p[f"residual.routers.{r}.key_norm.weight"]
+    z = torch.stack([(rmsnorm(v, g, eps) * w).sum(-1) for v in sources], -1)
+    alpha = z.softmax(-1)
+    out = sum(alpha[..., i, None] * v for i, v in enumerate(sources))
+    return p.get(f"residual.routers.{r}.gate", 1.0) * out
+
+
+def reference_logits(p, cfg, ids):
+    n = 2 * cfg.num_layers
+    e = p["embed_tokens.weight"][ids]
+    eps = cfg.norm_eps
+    if cfg.residual == "standard":
+        x = e
+        for s in range(n):
+            x = x + sublayer(p, s, x, cfg)
+        hidden = x
+    elif cfg.residual == "full_attnres":                      # METHOD 3.1
+        v = [e]
+        for s in range(n):
+            h = e if s == 0 else route(p, s, v, eps)
+            v.append(sublayer(p, s, h, cfg))
+        hidden = route(p, n, v, eps)
+    elif cfg.residual == "block_attnres":                     # METHOD 3.2
+        size = math.ceil(n / cfg.num_blocks)
+        b, partial = [e], None
+        for s in range(n):
+            j = s % size
+            h = route(p, s, b if j == 0 else b + [partial], eps)
+            delta = sublayer(p, s, h, cfg)
+            partial = delta if j == 0 else partial + delta
+            if j == size - 1 or s == n - 1:
+                b.append(partial)
+        hidden = route(p, n, b, eps)
+    elif cfg.residual == "delta_attnres":                     # METHOD 3.3
+        x, deltas = e, []
+        for s in range(n):
+            delta = sublayer(p, s, x + route(p, s, [e] + deltas, eps), cfg)
+            x = x + delta
+            deltas.append(delta)
+        hidden = x
+    elif cfg.residual == "delta_block":                       # METHOD 3.4 (+ §4 options)
+        size = math.ceil(n / cfg.num_blocks)
+        x, block_deltas, start = e, [], None
+        for s in range(n):
+            j = s % size
+            if j == 0:
+                start = x                                     # explicit snapshot of x
+            sources = [e] + block_deltas
+            if cfg.exact_conversion == "partial" and j > 0:
+                sources = sources + [x - start]
+            x = x + sublayer(p, s, x + route(p, s, sources, eps), cfg)
+            if j == size - 1 or s == n - 1:
+                block_deltas.append(x - start)                # Delta_k = x_end(k) - x_start(k)
+        hidden = x
+    return rmsnorm(hidden, p["norm.weight"], eps) @ p["lm_head.weight"].T
+
+
+CASES = [
+    ("standard", None, None), ("full_attnres", None, None),
+    ("block_attnres", 1, None), ("block_attnres", 2, None), ("block_attnres", 3, None), ("block_attnres", 4, None),
+    ("delta_attnres", None, None),
+    ("delta_block", 1, None), ("delta_block", 2, None), ("delta_block", 4, None),
+    ("delta_block", 4, "gate"), ("delta_block", 4, "partial"), ("delta_block", 3, "partial"),
+]
+
+
+def make_model(residual, num_blocks, exact, num_layers=5, **overrides):
+    config = ModelConfig(vocab_size=61, hidden_size=24, num_layers=num_layers, num_heads=4, num_kv_heads=2,
+                         intermediate_size=40, residual=residual, num_blocks=num_blocks,
+                         exact_conversion=exact, rope_theta=10000.0, **overrides)
+    return AttnResLM(config)
+
+
+def randomise_routing(model, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for router in model.routers:
+            router.query.copy_(torch.randn(router.query.shape, generator=g) * 2.0)
+            router.key_norm.weight.copy_(1 + 0.5 * torch.randn(router.query.shape, generator=g))
+            if router.gate is not None:
+                router.gate.fill_(0.7 + 0.1 * torch.randn((), generator=g).item())
+
+
+@pytest.mark.parametrize("residual, num_blocks, exact", CASES)
+def test_logits_match_independent_reference(residual, num_blocks, exact):
+    torch.manual_seed(0)
+    model = make_model(residual, num_blocks, exact, init_std=0.2).double()  # 2L = 10; N=4: blocks 3,3,3,1
+    randomise_routing(model)
+    ids = torch.randint(0, 61, (2, 7))
+    params = {k: v.detach() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        got = model(ids).logits
+        expected = reference_logits(params, model.config, ids)
+    torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+
+
+def test_routing_changes_the_output():
+    """Guards the test above: random queries make a variant differ from standard."""
+    torch.manual_seed(0)
+    standard = make_model("standard", None, None, init_std=0.2).double()
+    variant = make_model("delta_block", 4, None, init_std=0.2).double()
+    variant.load_state_dict(standard.state_dict(), strict=False)
+    randomise_routing(variant)
+    ids = torch.randint(0, 61, (2, 7))
+    with torch.no_grad():
+        assert (variant(ids).logits - standard(ids).logits).abs().max() > 1e-2
+
+
+def test_block_attnres_with_2L_blocks_is_full_attnres():
+    torch.manual_seed(0)
+    full = make_model("full_attnres", None, None, init_std=0.2)
+    block = make_model("block_attnres", 10, None, init_std=0.2)
+    randomise_routing(full)
+    assert block.load_state_dict(full.state_dict(), strict=True)
+    ids = torch.randint(0, 61, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(block(ids).logits, full(ids).logits, rtol=0, atol=0)
+
+
+# METHOD §4: zero queries make these variants reproduce the standard model. RMSNorm's eps breaks
+# the identity by ~eps * n^2 / mean(x^2); a tiny eps keeps that far below the tolerance.
+PRESERVING = [("full_attnres", None, None), ("block_attnres", 2, None), ("block_attnres", 4, None),
+              ("block_attnres", 1, None), ("delta_attnres", None, None),
+              ("delta_block", 2, "gate"), ("delta_block", 4, "gate"),
+              ("delta_block", 2, "partial"), ("delta_block", 4, "partial"), ("delta_block", 1, "partial")]
+
+
+def zero_init_pair(residual, num_blocks, exact):
+    torch.manual_seed(0)
+    standard = make_model("standard", None, None, norm_eps=1e-12)
+    with torch.no_grad():  # trained-looking norm gains
+        for name, p in standard.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+    variant = make_model(residual, num_blocks, exact, norm_eps=1e-12)
+    variant.load_state_dict(standard.state_dict(), strict=False)
+    ids = torch.randint(0, 61, (3, 9))
+    with torch.no_grad():
+        return standard(ids).logits, variant(ids).logits
+
+
+@pytest.mark.parametrize("residual, num_blocks, exact", PRESERVING)
+def test_zero_queries_reproduce_standard_logits(residual, num_blocks, exact):
+    expected, got = zero_init_pair(residual, num_blocks, exact)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("num_blocks", [1, 2, 4])
+def test_plain_delta_block_is_not_function_preserving(num_blocks):
+    """METHOD §4: h_s = x_s + mean(e, Delta_1, ...) is not a rescaling of x_s."""
+    expected, got = zero_init_pair("delta_block", num_blocks, None)
+    scale = expected.abs().max()
+    assert (got - expected).abs().max() > 0.05 * scale
