@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -27,7 +27,7 @@ class StreamState:
     stream: torch.Tensor | None
     sources: list[torch.Tensor]
     partial: torch.Tensor | None = None
-    routing: list[torch.Tensor] | None = field(default=None)
+    routing: list[torch.Tensor] | None = None
 
 
 class ResidualScheme(nn.Module):
