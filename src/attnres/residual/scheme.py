@@ -55,8 +55,7 @@ class ResidualScheme(nn.Module):
         self.mode = mode
         self.policy = policy
         num_routers = 0 if mode == "none" else num_sublayers + (mode == "replace")
-        self.routers = nn.ModuleList(
-            Router(hidden_size, eps, gated=gated and s < num_sublayers) for s in range(num_routers))
+        self.routers = nn.ModuleList(Router(hidden_size, eps, gated=gated) for _ in range(num_routers))
 
     def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
         """Initial state from the token embedding e (B, T, D)."""
