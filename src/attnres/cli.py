@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
-from dataclasses import fields
+from dataclasses import asdict, fields
+from pathlib import Path
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -20,18 +22,74 @@ def _demo(args: argparse.Namespace) -> int:
     print("\nmax weight: token-mean of each router's largest softmax weight (1/n = uniform, 1 = one source),"
           "\naveraged over routers with two or more sources; '-' where the variant has none.")
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"settings": settings.__dict__, "results": rows}, handle, indent=2)
+        Path(args.json).write_text(json.dumps({"settings": asdict(settings), "results": rows}, indent=2))
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from attnres.train import load_run_config, train
+
+    run = load_run_config(args.config, args.set)
+    result = train(run, resume=args.resume, device=args.device)
+    print(f"done: {run.train.steps} steps, validation loss {result.final_val_loss:.4f}; run in {result.run_dir}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from attnres.train import evaluate_checkpoint, latest_checkpoint
+
+    path = Path(args.checkpoint)
+    if (path / "checkpoints").is_dir():  # a run directory: take its latest checkpoint
+        latest = latest_checkpoint(path / "checkpoints")
+        path = latest.path if latest is not None else path
+    result = evaluate_checkpoint(path, max_batches=args.max_batches, device=args.device)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from attnres.compare.presets import load_preset
+    from attnres.compare.run import run_compare
+
+    preset = load_preset(args.preset, args.set)
+    out = Path(args.out or f"reports/compare-{preset.name}")
+    run_compare(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv), device=args.device)
+    print(f"report: {out / 'report.md'} and {out / 'index.html'}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(prog="attnres", description="Depth routing residuals for language models.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="train a tiny model of each variant on generated data and compare")
     from attnres.demo import DemoSettings
 
+    parser = argparse.ArgumentParser(prog="attnres", description="Depth routing residuals for language models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    compare = sub.add_parser("compare", help="train every residual variant on the same data and write a report")
+    compare.add_argument("--preset", default="default",
+                         help="a bundled preset (configs/compare/NAME.yaml) or a preset YAML path; default: default")
+    compare.add_argument("--seeds", type=int, default=None, help="seeds per variant (default: the preset's)")
+    compare.add_argument("--out", default=None, help="report folder (default: reports/compare-PRESET)")
+    compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override the preset's run, e.g. --set train.steps=100")
+    compare.add_argument("--device", default="cpu")
+    compare.set_defaults(handler=_compare)
+
+    train = sub.add_parser("train", help="train one model from a YAML config")
+    train.add_argument("--config", required=True, help="YAML file with model, data and train sections")
+    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config value, e.g. --set model.residual=delta_block --set train.lr=1e-3")
+    train.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    train.add_argument("--device", default="cpu")
+    train.set_defaults(handler=_train)
+
+    evaluate = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint (or a run's latest)")
+    evaluate.add_argument("checkpoint", help="a checkpoint directory (runs/X/checkpoints/step_N) or a run directory")
+    evaluate.add_argument("--max-batches", type=int, default=None)
+    evaluate.add_argument("--device", default="cpu")
+    evaluate.set_defaults(handler=_eval)
+
+    demo = sub.add_parser("demo", help="train a tiny model of each variant on generated data and compare")
     defaults = DemoSettings()
     for f in fields(DemoSettings):
         demo.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(getattr(defaults, f.name)),
@@ -42,13 +100,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `attnres` command."""
+    """Entry point of the `attnres` command: exit 0 on success, 2 for bad input, 1 for a failed run."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv
+    failures: tuple[type[Exception], ...] = ()
+    if args.command in ("train", "eval", "compare"):
+        from attnres.train import CheckpointError, TrainingError
+
+        failures = (CheckpointError, TrainingError)
     try:
         return args.handler(args)
-    except ValueError as error:
+    except ValueError as error:  # configs, data and arguments: the user's input
         print(f"attnres {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except failures as error:  # corrupt or mismatched checkpoints, non-finite losses
+        print(f"attnres {args.command}: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

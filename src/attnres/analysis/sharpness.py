@@ -20,7 +20,12 @@ def summarize_sharpness(routing: list[torch.Tensor], deep_fraction: float = 1 / 
 
     Returns {"max_weight": ..., "max_weight_deep": ...}; None where no router has two sources.
     """
-    values = [v for v in mean_max_weight(routing) if v is not None]
+    return summarize_max_weights(mean_max_weight(routing), deep_fraction)
+
+
+def summarize_max_weights(max_weights: list[float | None], deep_fraction: float = 1 / 3) -> dict[str, float | None]:
+    """`summarize_sharpness` from per-router max weights already averaged (None: single source)."""
+    values = [v for v in max_weights if v is not None]
     if not values:
         return {"max_weight": None, "max_weight_deep": None}
     deep = values[len(values) - max(1, round(len(values) * deep_fraction)):]

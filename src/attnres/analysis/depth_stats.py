@@ -1,0 +1,111 @@
+"""Depth statistics of a model on some batches: routing weights per router, hidden-state RMS per depth."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from attnres.analysis.sharpness import mean_max_weight
+from attnres.model import AttnResLM
+
+
+@dataclass
+class DepthStats:
+    """Token-averaged statistics by depth; plain lists, so `to_dict()` is JSON-safe.
+
+    source_names: per router, the names of its sources (`model.residual.source_names()`).
+    mean_weights: per router, per source, the token-mean softmax weight (each row sums to 1).
+    max_weight:   per router, the token-mean of the largest weight; None for a single-source router.
+    hidden_rms:   RMS of each sub-layer's input h_s, s = 0 .. 2L-1, then of the final hidden state
+                  fed to the final norm (length 2L + 1).
+    num_tokens:   tokens the averages are over.
+    Routed fields are empty lists for `standard`.
+    """
+
+    source_names: list[list[str]]
+    mean_weights: list[list[float]]
+    max_weight: list[float | None]
+    hidden_rms: list[float]
+    num_tokens: int = 0
+
+    def to_dict(self) -> dict:
+        """Plain dict of lists, numbers, strings and None."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DepthStats":
+        """Inverse of `to_dict` (extra keys are an error, `num_tokens` may be absent)."""
+        return cls(**data)
+
+
+class _RmsAccumulator:
+    """Sums of squares and element counts per depth slot, fed by forward pre-hooks."""
+
+    def __init__(self, num_slots: int) -> None:
+        self.sum_sq = [0.0] * num_slots
+        self.count = [0] * num_slots
+
+    def hook(self, slot: int):
+        def record(_module, args):
+            x = args[0]
+            # float64 sums: many tokens of fp32/bf16 squares would otherwise lose precision.
+            self.sum_sq[slot] += float(x.detach().double().pow(2).sum())
+            self.count[slot] += x.numel()
+        return record
+
+    def rms(self) -> list[float]:
+        return [math.sqrt(s / n) if n else math.nan for s, n in zip(self.sum_sq, self.count)]
+
+
+def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> DepthStats:
+    """Run `model` (eval mode, no grad) on each (B, T) token-id batch and average over all tokens.
+
+    Batches may differ in size: every token counts once. The model's training flag is restored and
+    the RMS hooks removed afterwards, also when a forward raises.
+    """
+    names = model.residual.source_names()
+    num_sublayers = 2 * len(model.layers)
+    acc = _RmsAccumulator(num_sublayers + 1)
+    weight_sums = [torch.zeros(len(n), dtype=torch.float64) for n in names]
+    max_sums: list[float | None] = [None if len(n) < 2 else 0.0 for n in names]
+    tokens = 0
+
+    # h_s is what sub-layer s normalises, so a pre-hook on its norm sees exactly h_s; the final
+    # norm's input is the hidden state after the last sub-layer (or the final router).
+    hooks = []
+    was_training = model.training
+    try:
+        for i, layer in enumerate(model.layers):
+            hooks.append(layer.input_layernorm.register_forward_pre_hook(acc.hook(2 * i)))
+            hooks.append(layer.post_attention_layernorm.register_forward_pre_hook(acc.hook(2 * i + 1)))
+        hooks.append(model.norm.register_forward_pre_hook(acc.hook(num_sublayers)))
+        model.eval()
+        with torch.no_grad():
+            for ids in batches:
+                routing = model(ids, return_routing=True).routing or []
+                if len(routing) != len(names):
+                    raise RuntimeError(f"model returned {len(routing)} routing tensors for {len(names)} routers")
+                n = ids.numel()
+                tokens += n
+                for r, w in enumerate(routing):
+                    weight_sums[r] += w.detach().double().sum(dim=(0, 1)).cpu()
+                # Per-batch token means, re-weighted by the batch's token count.
+                for r, value in enumerate(mean_max_weight(routing)):
+                    if value is not None:
+                        max_sums[r] += value * n
+    finally:
+        for handle in hooks:
+            handle.remove()
+        model.train(was_training)
+
+    if tokens == 0:
+        raise ValueError("collect_depth_stats needs at least one non-empty batch")
+    return DepthStats(
+        source_names=[list(n) for n in names],
+        mean_weights=[(s / tokens).tolist() for s in weight_sums],
+        max_weight=[None if m is None else m / tokens for m in max_sums],
+        hidden_rms=acc.rms(),
+        num_tokens=tokens)

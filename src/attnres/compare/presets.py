@@ -1,0 +1,85 @@
+"""Comparison presets: a base run, the variants to train on it, and the number of seeds."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
+
+
+@dataclass(frozen=True)
+class ComparePreset:
+    """name, description, the base run dict (model without residual), variants, seeds."""
+
+    name: str
+    description: str
+    run: dict
+    variants: list[dict]
+    seeds: int
+
+
+def preset_dir() -> Path:
+    """Where the bundled presets live (`configs/compare/` in the repository)."""
+    return Path(str(resources.files("attnres") / "configs" / "compare"))
+
+
+def available_presets() -> list[str]:
+    """Names of the bundled presets."""
+    return sorted(p.stem for p in preset_dir().glob("*.yaml"))
+
+
+def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
+    """A bundled preset by name, or a preset YAML file by path; `overrides` apply to its run."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = preset_dir() / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise RunConfigError(f"unknown preset {name_or_path!r}; available: {available_presets()} "
+                                 f"(or give a path to a preset YAML file)")
+    elif not path.is_file():
+        raise RunConfigError(f"preset file {path} does not exist")
+    values = yaml.safe_load(path.read_text()) or {}
+    unknown = sorted(set(values) - {"description", "run", "variants", "seeds"})
+    if unknown:
+        raise RunConfigError(f"preset {path}: unknown key(s) {unknown}; allowed: description, run, variants, seeds")
+    run = apply_overrides(values.get("run", {}), list(overrides))
+    variants = values.get("variants") or []
+    if not any(isinstance(v, dict) and v.get("residual") == "standard" for v in variants):
+        raise RunConfigError(f"preset {path}: 'variants' must list residual schemes and include standard")
+    seeds = values.get("seeds", 1)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise RunConfigError(f"preset {path}: seeds must be a positive integer, got {seeds!r}")
+    for variant in variants:  # validate every variant's run now, before any training starts
+        variant_run(run, variant, seed=0, out_dir="unused")
+    return ComparePreset(path.stem, values.get("description", ""), run, variants, seeds)
+
+
+def variant_run(base: dict, variant: dict, seed: int, out_dir: str) -> RunConfig:
+    """The RunConfig of one variant and seed: the base run with the variant's residual fields."""
+    unknown = sorted(set(variant) - {"residual", "num_blocks", "exact_conversion"})
+    if unknown:
+        raise RunConfigError(f"variant {variant}: unknown key(s) {unknown}; allowed: residual, num_blocks, "
+                             f"exact_conversion")
+    values = {**base, "out_dir": out_dir, "model": {**base.get("model", {}), **variant},
+              "train": {**base.get("train", {}), "seed": seed}}
+    return RunConfig.from_dict(values)
+
+
+def variant_name(variant: dict) -> str:
+    """Display name, e.g. "delta_block (N=4)"."""
+    name = variant["residual"]
+    if variant.get("num_blocks"):
+        name += f" (N={variant['num_blocks']})"
+    if variant.get("exact_conversion"):
+        name += f" [{variant['exact_conversion']}]"
+    return name
+
+
+def variant_slug(variant: dict) -> str:
+    """File-name-safe form of `variant_name`, e.g. "delta_block-N-4"."""
+    return re.sub(r"[^A-Za-z0-9_]+", "-", variant_name(variant)).strip("-")

@@ -1,0 +1,152 @@
+"""Tokenizer: a byte-level BPE trained here, or a pretrained tokenizer loaded from a local directory."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tokenizers import Tokenizer as _BackendTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+from attnres.data.errors import DataError
+from attnres.data.hashing import digest
+
+EOS_TOKEN = "<|endoftext|>"
+TOKENIZER_FILE = "tokenizer.json"
+CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+
+
+class Tokenizer:
+    """Text <-> token ids, with the end-of-sequence id that separates documents.
+
+    Wraps a `tokenizers.Tokenizer`. Special tokens are never added by `encode`, and special-token
+    strings inside a text are encoded as plain text, so only packing inserts EOS.
+    """
+
+    def __init__(self, backend: _BackendTokenizer, eos_token: str) -> None:
+        eos_id = backend.token_to_id(eos_token)
+        if eos_id is None:
+            raise DataError(f"tokenizer: EOS token {eos_token!r} is not in the vocabulary")
+        self._backend = backend
+        # A document containing the literal "<|endoftext|>" must not inject a separator.
+        self._backend.encode_special_tokens = True
+        self._eos_token = eos_token
+        self._eos_id = int(eos_id)
+        self._fingerprint = digest(backend.to_str() + "\x00" + eos_token, size=8)
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of ids (added tokens included): every id is in [0, vocab_size)."""
+        return self._backend.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def eos_id(self) -> int:
+        """Id of the end-of-sequence token appended after every document."""
+        return self._eos_id
+
+    @property
+    def eos_token(self) -> str:
+        """The end-of-sequence token string."""
+        return self._eos_token
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex characters identifying the vocabulary, merges and EOS (for cache keys)."""
+        return self._fingerprint
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` (no special tokens added)."""
+        return self._backend.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, as `encode` would give them (batched, multi-threaded)."""
+        return [enc.ids for enc in self._backend.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of `ids`; special tokens (EOS) are kept, so decode(encode(t)) == t for byte-level BPE."""
+        return self._backend.decode([int(i) for i in ids], skip_special_tokens=False)
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write `tokenizer.json` and `tokenizer_config.json` (eos_token) into `directory`; returns it.
+
+        The directory reloads with `Tokenizer.load`, and with `transformers.AutoTokenizer`.
+        """
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self._backend.save(str(directory / TOKENIZER_FILE))
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": self._eos_token}
+        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike[str]) -> Tokenizer:
+        """Load a tokenizer directory: `tokenizer.json` (EOS from tokenizer_config.json or
+        special_tokens_map.json, else a special `<|endoftext|>`), or, without tokenizer.json, any
+        fast `transformers` tokenizer via `AutoTokenizer.from_pretrained(local_files_only=True)`.
+        """
+        directory = Path(directory).expanduser()
+        if not directory.is_dir():
+            raise DataError(f"tokenizer: {str(directory)!r} is not a directory (DataConfig.tokenizer must be "
+                            "'bpe' or a directory holding tokenizer.json or a transformers tokenizer)")
+        if (directory / TOKENIZER_FILE).is_file():
+            try:
+                backend = _BackendTokenizer.from_file(str(directory / TOKENIZER_FILE))
+            except Exception as exc:  # noqa: BLE001 - the Rust side raises plain Exception
+                raise DataError(f"tokenizer: cannot read {directory / TOKENIZER_FILE}: {exc}") from exc
+            return cls(backend, _eos_from_files(directory, backend))
+        return _load_transformers(directory)
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    """Train a byte-level BPE on `texts` with at most `vocab_size` ids, `<|endoftext|>` (id 0) as EOS.
+
+    Deterministic: the same texts in the same order give the same vocabulary and merges.
+    """
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 260:
+        raise DataError(f"train_bpe: vocab_size must be an integer >= 260, got {vocab_size!r}")
+    backend = _BackendTokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(texts, trainer=trainer)
+    return Tokenizer(backend, EOS_TOKEN)
+
+
+def _eos_from_files(directory: Path, backend: _BackendTokenizer) -> str:
+    for name in (CONFIG_FILE, SPECIAL_TOKENS_FILE):
+        path = directory / name
+        if path.is_file():
+            try:
+                token = json.loads(path.read_text(encoding="utf-8")).get("eos_token")
+            except (json.JSONDecodeError, AttributeError) as exc:
+                raise DataError(f"tokenizer: cannot read {path}: {exc}") from exc
+            if isinstance(token, dict):
+                token = token.get("content")
+            if isinstance(token, str) and token:
+                return token
+    special = {t.content for t in backend.get_added_tokens_decoder().values() if t.special}
+    if EOS_TOKEN in special:
+        return EOS_TOKEN
+    raise DataError(f"tokenizer: {str(directory)!r} defines no EOS token; add \"eos_token\" to its "
+                    f"{CONFIG_FILE} (the token documents are separated with)")
+
+
+def _load_transformers(directory: Path) -> Tokenizer:
+    try:
+        from transformers import AutoTokenizer
+
+        loaded = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - transformers raises OSError, ValueError, ImportError...
+        raise DataError(f"tokenizer: {str(directory)!r} has no {TOKENIZER_FILE} and transformers could not "
+                        f"load it ({type(exc).__name__}: {exc})") from exc
+    backend = getattr(loaded, "backend_tokenizer", None)
+    if backend is None:
+        raise DataError(f"tokenizer: {str(directory)!r} loads as a slow transformers tokenizer "
+                        f"({type(loaded).__name__}); a fast one (tokenizer.json) is needed")
+    if not loaded.eos_token:
+        raise DataError(f"tokenizer: {str(directory)!r} has no eos_token; set one in its {CONFIG_FILE}")
+    return Tokenizer(backend, loaded.eos_token)

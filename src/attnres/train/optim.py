@@ -1,0 +1,35 @@
+"""AdamW with parameter groups: decayed matrices, undecayed gains and embeddings, routing."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from attnres.train.config import TrainConfig
+
+
+def parameter_groups(model: nn.Module) -> dict[str, list[tuple[str, nn.Parameter]]]:
+    """Split parameters into "decay" (linear weights), "no_decay" (norm gains, embeddings, tied
+    head) and "routing" (router queries, key gains, gates). Shared (tied) tensors appear once."""
+    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    groups: dict[str, list[tuple[str, nn.Parameter]]] = {"decay": [], "no_decay": [], "routing": []}
+    for name, param in model.named_parameters():  # named_parameters yields a tied tensor once
+        if not param.requires_grad:
+            continue
+        if name.startswith("residual.routers."):
+            groups["routing"].append((name, param))
+        elif param.dim() < 2 or id(param) in embedding_ids:
+            groups["no_decay"].append((name, param))
+        else:
+            groups["decay"].append((name, param))
+    return groups
+
+
+def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over fp32 parameters: weight decay only on "decay"; routing at lr * routing_lr_mult."""
+    groups = parameter_groups(model)
+    settings = {"decay": (config.lr, config.weight_decay), "no_decay": (config.lr, 0.0),
+                "routing": (config.lr * config.routing_lr_mult, 0.0)}
+    param_groups = [{"params": [p for _, p in groups[key]], "lr": lr, "weight_decay": wd, "name": key}
+                    for key, (lr, wd) in settings.items() if groups[key]]
+    return torch.optim.AdamW(param_groups, betas=(config.beta1, config.beta2))

@@ -1,0 +1,117 @@
+"""RunConfig: model + data + train settings of one run, from YAML with `key=value` overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from attnres.data import DataConfig
+from attnres.model import ModelConfig
+from attnres.train.config import TrainConfig
+
+AUTO = "auto"
+# YAML 1.1 (PyYAML) reads 1e-3 as a string; a number is what anyone writing it means.
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+SECTIONS = ("model", "data", "train")
+
+
+class RunConfigError(ValueError):
+    """A run configuration that cannot be used; the message names the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run. `model` holds ModelConfig fields; vocab_size "auto" takes the tokenizer's."""
+
+    model: dict
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    out_dir: str = "runs/default"
+
+    def __post_init__(self) -> None:
+        self.build_model_config(vocab_size=256)  # validates every model field now, not at train time
+        max_len = self.model.get("max_seq_len", ModelConfig.__dataclass_fields__["max_seq_len"].default)
+        if self.train.seq_len > max_len:
+            raise RunConfigError(f"train.seq_len={self.train.seq_len} is above the model's maximum "
+                                 f"model.max_seq_len={max_len}; lower seq_len or raise max_seq_len")
+
+    def build_model_config(self, vocab_size: int) -> ModelConfig:
+        """The ModelConfig, with vocab_size filled in when it is "auto" (the default)."""
+        values = dict(self.model)
+        if values.get("vocab_size", AUTO) == AUTO:
+            values["vocab_size"] = vocab_size
+        return ModelConfig.from_dict(values)
+
+    def to_dict(self) -> dict:
+        """Plain dict (YAML/JSON-safe) that `RunConfig.from_dict` reads back."""
+        return {"out_dir": self.out_dir, "model": dict(self.model), "data": dataclasses.asdict(self.data),
+                "train": dataclasses.asdict(self.train)}
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "RunConfig":
+        """Build from {"model": ..., "data": ..., "train": ..., "out_dir": ...}; unknown keys are errors."""
+        unknown = sorted(set(values) - {*SECTIONS, "out_dir"})
+        if unknown:
+            raise RunConfigError(f"unknown top-level key(s) {unknown}; allowed: {sorted([*SECTIONS, 'out_dir'])}")
+        if "model" not in values:
+            raise RunConfigError("the config needs a 'model' section (ModelConfig fields)")
+        data = _section(values, "data", DataConfig)
+        train = _section(values, "train", TrainConfig)
+        model = {key: _number(value) for key, value in dict(values["model"]).items()}
+        return cls(model=model, data=data, train=train, out_dir=str(values.get("out_dir", "runs/default")))
+
+
+def _section(values: dict, name: str, kind):
+    section = values.get(name) or {}
+    if not isinstance(section, dict):
+        raise RunConfigError(f"'{name}' must be a mapping of {kind.__name__} fields, got {section!r}")
+    allowed = {f.name for f in dataclasses.fields(kind)}
+    unknown = sorted(set(section) - allowed)
+    if unknown:
+        raise RunConfigError(f"unknown {name} key(s) {unknown}; allowed: {sorted(allowed)}")
+    return kind(**{key: _number(value) for key, value in section.items()})
+
+
+def _number(value):
+    """`1e-3` as a float (PyYAML leaves exponents without a dot as strings)."""
+    return float(value) if isinstance(value, str) and _FLOAT.match(value) else value
+
+
+def apply_overrides(values: dict, overrides: list[str]) -> dict:
+    """Apply `section.key=value` strings (value parsed as YAML: 1e-3, true, null, [1, 2]) to a config dict."""
+    result = {key: (dict(value) if isinstance(value, dict) else value) for key, value in values.items()}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise RunConfigError(f"override {item!r} must look like section.key=value (e.g. train.lr=3e-4)")
+        value = yaml.safe_load(raw) if raw.strip() else ""
+        if key == "out_dir":
+            result["out_dir"] = str(value)
+            continue
+        section, dot, name = key.partition(".")
+        if not dot or section not in SECTIONS or not name:
+            raise RunConfigError(f"override key {key!r} must be out_dir or <section>.<field> with section in "
+                                 f"{list(SECTIONS)}")
+        result.setdefault(section, {})[name] = value
+    return result
+
+
+def load_run_config(path: str | Path | None, overrides: list[str] = (), base: dict | None = None) -> RunConfig:
+    """Read a YAML run config (or start from `base`), apply overrides, validate."""
+    values = dict(base or {})
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise RunConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise RunConfigError(f"config file {path} is not valid YAML: {error}") from None
+        if not isinstance(loaded, dict):
+            raise RunConfigError(f"config file {path} must hold a mapping with sections {list(SECTIONS)}")
+        values.update(loaded)
+    return RunConfig.from_dict(apply_overrides(values, list(overrides)))

@@ -1,0 +1,206 @@
+"""summarize and write_report on a synthetic results dict with hand-computed answers."""
+
+import copy
+import json
+import math
+import statistics
+
+import pytest
+import torch
+
+from attnres import AttnResLM, ModelConfig
+from attnres.analysis import collect_depth_stats
+from attnres.compare import summarize, write_report
+
+ODD_NAME = "delta <block> (N=2)"  # must be escaped in HTML and Markdown
+
+
+def full_stats(max_weight):
+    names = [["e"] + [f"d{k}" for k in range(s)] for s in range(6)] + [["e"] + [f"d{k}" for k in range(6)]]
+    return {"source_names": names, "mean_weights": [[1 / len(n)] * len(n) for n in names],
+            "max_weight": max_weight, "hidden_rms": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0], "num_tokens": 10}
+
+
+def model_stats(seed):
+    torch.manual_seed(seed)
+    model = AttnResLM(ModelConfig(vocab_size=32, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
+                                  intermediate_size=32, residual="delta_block", num_blocks=2))
+    with torch.no_grad():
+        for router in model.routers:
+            router.query.normal_()
+    return collect_depth_stats(model, [torch.randint(0, 32, (2, 8))]).to_dict()
+
+
+def run(seed, loss, step_time, peak, act, stats, curve):
+    return {"seed": seed, "val_curve": curve, "train_curve": [[s, v + 0.1] for s, v in curve],
+            "final_val_loss": loss, "step_time_s": step_time, "peak_memory_bytes": peak, "activation_bytes": act,
+            "tokens_per_s": 1000.0 / step_time, "tokens": 4096, "depth_stats": stats}
+
+
+def make_results():
+    standard_stats = {"source_names": [], "mean_weights": [], "max_weight": [], "hidden_rms": [1.0] * 7,
+                      "num_tokens": 10}
+    return {
+        "preset": "smoke", "command": "attnres compare --preset smoke", "created": "2026-11-30T12:00:00+00:00",
+        "machine": {"device": "cpu", "torch": "2.13.0", "threads": 2},
+        "settings": {"model": {"hidden_size": 32, "num_layers": 3}, "data": {"source": "demo"},
+                     "train": {"steps": 20, "lr": 0.003}},
+        "seeds": [0, 1],
+        "variants": [
+            {"name": "standard", "residual": "standard", "num_blocks": None, "runs": [
+                run(0, 3.0, 0.10, 1000, 500, standard_stats, [[0, 4.0], [10, 3.5], [20, 3.0]]),
+                run(1, 3.2, 0.14, 1200, 700, standard_stats, [[0, 4.2], [10, 3.7], [20, 3.2]])]},
+            {"name": "full_attnres", "residual": "full_attnres", "num_blocks": None, "runs": [
+                run(0, 2.9, 0.2, 1500, 1000, full_stats([None, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
+                    [[0, 4.0], [10, 3.4], [20, 2.9]]),
+                run(1, 2.95, 0.3, 1500, 1400, full_stats([None, 0.4, 0.4, 0.4, 0.4, 0.6, 0.8]),
+                    [[0, 4.1], [10, 3.5], [20, 2.95], [30, 2.9]])]},
+            {"name": ODD_NAME, "residual": "delta_block", "num_blocks": 2, "runs": [
+                run(0, 3.05, 0.12, None, 600, model_stats(0), [[0, 4.0], [20, 3.05]]),
+                run(1, 3.15, 0.16, 1100, 650, model_stats(1), [[0, 4.1], [20, 3.15]])]},
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    results = make_results()
+    out = tmp_path_factory.mktemp("report")
+    written = write_report(copy.deepcopy(results), out)
+    return results, out, written
+
+
+def test_summary_numbers_equal_hand_computed_values():
+    summary = summarize(make_results())
+    assert list(summary) == ["standard", "full_attnres", ODD_NAME]
+    std, full, odd = summary["standard"], summary["full_attnres"], summary[ODD_NAME]
+    assert std["val_loss_mean"] == pytest.approx(3.1)
+    assert std["val_loss_std"] == pytest.approx(0.2 / math.sqrt(2))  # sample std of two values
+    assert std["ppl_mean"] == pytest.approx((math.exp(3.0) + math.exp(3.2)) / 2)
+    assert std["ppl_std"] == pytest.approx(abs(math.exp(3.2) - math.exp(3.0)) / math.sqrt(2))
+    assert std["delta_vs_standard"] == 0.0 and std["step_time_ratio"] == pytest.approx(1.0)
+    assert std["max_weight_deep"] is None and std["max_weight_by_depth"] == []
+    assert full["val_loss_mean"] == pytest.approx(2.925)
+    assert full["delta_vs_standard"] == pytest.approx(2.925 - 3.1)
+    assert full["step_time_ratio"] == pytest.approx(0.25 / 0.12)  # medians: (0.2+0.3)/2 over (0.10+0.14)/2
+    assert full["peak_memory_ratio"] == pytest.approx(1500 / 1100)
+    assert full["activation_ratio"] == pytest.approx(1200 / 600)
+    # Deepest third of six multi-source routers = the last two: (0.9+1.0)/2 and (0.6+0.8)/2.
+    assert full["max_weight_deep"] == pytest.approx((0.95 + 0.7) / 2)
+    assert full["max_weight_by_depth"] == pytest.approx([None, 0.45, 0.5, 0.55, 0.6, 0.75, 0.9])
+    assert full["hidden_rms_by_depth"] == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
+    assert odd["peak_memory_ratio"] is None  # one seed has no peak memory
+    assert odd["step_time_ratio"] == pytest.approx(0.14 / 0.12)
+    assert 0 < odd["max_weight_deep"] <= 1
+
+
+def test_curves_are_averaged_per_step_over_seeds():
+    summary = summarize(make_results())
+    curve = summary["full_attnres"]["val_curve"]
+    assert [p[0] for p in curve] == [0, 10, 20, 30]
+    assert curve[1] == pytest.approx([10, 3.45, statistics.stdev([3.4, 3.5])])
+    assert curve[3] == [30, 2.9, 0.0]  # one seed has step 30
+    assert summary["standard"]["train_curve"][0] == pytest.approx([0, 4.2, statistics.stdev([4.1, 4.3])])
+
+
+def test_single_seed_has_zero_std():
+    results = make_results()
+    for variant in results["variants"]:
+        variant["runs"] = variant["runs"][:1]
+    summary = summarize(results)
+    assert summary["standard"]["val_loss_std"] == 0.0 and summary["standard"]["ppl_std"] == 0.0
+    assert summary["full_attnres"]["step_time_ratio"] == pytest.approx(2.0)
+
+
+def test_a_diverged_run_gives_nan_not_an_error():
+    results = make_results()
+    results["variants"][1]["runs"][0]["final_val_loss"] = float("nan")
+    results["variants"][1]["runs"][1]["final_val_loss"] = 1e6
+    full = summarize(results)["full_attnres"]
+    assert math.isnan(full["val_loss_mean"]) and math.isnan(full["val_loss_std"])
+    assert math.isnan(full["ppl_std"]) and full["step_time_ratio"] == pytest.approx(0.25 / 0.12)
+
+
+def test_every_file_is_written(report):
+    _, out, written = report
+    expected = {"results.json", "report.md", "index.html", "figures/val_loss.png", "figures/cost.png",
+                "figures/max_weight_by_depth.png", "figures/hidden_rms_by_depth.png",
+                "figures/routing_full_attnres.png", "figures/routing_delta-block-n-2.png"}
+    assert {p.relative_to(out).as_posix() for p in written} == expected
+    for path in written:
+        assert path.stat().st_size > 0
+        if path.suffix == ".png":
+            assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.rglob("*.tmp"))  # atomic writes leave no temp files
+
+
+def test_results_json_holds_input_summary_and_figures(report):
+    results, out, _ = report
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["variants"][1]["runs"][0]["final_val_loss"] == 2.9
+    assert saved["command"] == results["command"]
+    assert saved["summary"]["full_attnres"]["val_loss_mean"] == pytest.approx(2.925)
+    assert saved["summary"]["full_attnres"]["step_time_ratio"] == pytest.approx(0.25 / 0.12)
+    assert saved["summary"][ODD_NAME]["peak_memory_ratio"] is None
+    assert sorted(saved["figures"]) == sorted(p for p in saved["figures"] if (out / p).is_file())
+    assert len(saved["figures"]) == 6
+    # Re-summarizing the saved file gives the saved summary: the report can be rebuilt from it.
+    assert summarize(saved) == saved["summary"]
+
+
+def table_row(markdown, name):
+    line = next(line for line in markdown.splitlines() if line.startswith(f"| {name} |"))
+    return [cell.strip() for cell in line.strip("|").split(" | ")]
+
+
+def test_markdown_table_rows_match_the_summary(report):
+    _, out, _ = report
+    md = (out / "report.md").read_text()
+    assert "attnres compare --preset smoke" in md and "hidden_size=32" in md and "device cpu" in md
+    s = 0.2 / math.sqrt(2)
+    e3, e32 = math.exp(3.0), math.exp(3.2)
+    assert table_row(md, "standard") == [
+        "standard", f"3.100 ± {s:.3f}", f"{(e3 + e32) / 2:.2f} ± {abs(e32 - e3) / math.sqrt(2):.2f}", "baseline",
+        "1.00×", "1.00×", "-"]
+    f29, f295 = math.exp(2.9), math.exp(2.95)
+    assert table_row(md, "full_attnres") == [
+        "full_attnres", f"2.925 ± {0.05 / math.sqrt(2):.3f}",
+        f"{(f29 + f295) / 2:.2f} ± {abs(f295 - f29) / math.sqrt(2):.2f}", "-0.175", f"{0.25 / 0.12:.2f}×",
+        f"{1500 / 1100:.2f}×", "0.825"]
+    odd = table_row(md, "delta &lt;block&gt; (N=2)")
+    assert odd[3] == "+0.000" and odd[5] == "-"  # 3.1 - 3.1; peak memory missing in one seed
+    for fig in json.loads((out / "results.json").read_text())["figures"]:
+        assert f"]({fig})" in md
+
+
+def test_html_references_figures_and_escapes_names(report):
+    _, out, _ = report
+    page = (out / "index.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "<style>" in page
+    for fig in json.loads((out / "results.json").read_text())["figures"]:
+        assert f'src="{fig}"' in page
+    assert "delta &lt;block&gt; (N=2)" in page and "<block>" not in page
+    assert "2.925 ± " in page and "baseline" in page
+
+
+def test_missing_run_key_names_key_and_variant():
+    results = make_results()
+    del results["variants"][1]["runs"][1]["step_time_s"]
+    with pytest.raises(ValueError, match=r"'full_attnres'.*'step_time_s'"):
+        summarize(results)
+    results = make_results()
+    del results["variants"][2]["runs"][0]["depth_stats"]
+    with pytest.raises(ValueError, match=r"delta <block> \(N=2\).*'depth_stats'"):
+        summarize(results)
+
+
+def test_missing_standard_or_variant_key_is_an_error(tmp_path):
+    results = make_results()
+    del results["variants"][0]
+    with pytest.raises(ValueError, match="standard"):
+        write_report(results, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # validated before anything is written
+    results = make_results()
+    del results["variants"][1]["runs"]
+    with pytest.raises(ValueError, match=r"'full_attnres' lacks required key 'runs'"):
+        summarize(results)
