@@ -287,7 +287,9 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                                          for name, entry in summary.items()], True),
                ("p", "Validation loss in nats/token at the end of training, mean ± sample std over seeds; "
                      "perplexity = exp(loss), averaged per seed. Step time and peak memory are medians over "
-                     "seeds divided by standard's. Max weight: token-mean of the largest routing weight over "
+                     "seeds divided by standard's. Peak memory is the CUDA allocator's peak on a GPU; on a CPU it is "
+                     "an estimate: weights + gradients + two AdamW moments + the activations saved for backward "
+                     "(measured). Step times come from the training loop, variants run one after another. Max weight: token-mean of the largest routing weight over "
                      "the deepest third of multi-source routers (1 = routing picks one source)."),
                ("h2", "Runs"),
                ("table", RUN_HEADER, [_run_row(v["name"], r) for v in results["variants"] for r in v["runs"]], True),

@@ -1,0 +1,74 @@
+"""`attnres compare --preset smoke`: trains every variant on the demo corpus and writes every report file."""
+
+import json
+
+import matplotlib.image
+import pytest
+
+import attnres.analysis.plots as plots
+from attnres.cli import main
+from attnres.compare.presets import available_presets, load_preset
+from attnres.train import RunConfigError
+
+VARIANTS = ["standard", "full_attnres", "block_attnres", "delta_attnres", "delta_block"]
+
+
+@pytest.fixture
+def captured_figures(monkeypatch):
+    """Every matplotlib Figure the report saves, by file name, to check what a reader sees."""
+    figures = {}
+    original = plots._save
+
+    def save(fig, path):
+        figures[str(path).rsplit("/", 1)[-1]] = fig
+        return original(fig, path)
+
+    monkeypatch.setattr(plots, "_save", save)
+    return figures
+
+
+def test_smoke_compare_writes_every_report_file(tmp_path, monkeypatch, captured_figures):
+    monkeypatch.setenv("ATTNRES_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "report"
+    assert main(["compare", "--preset", "smoke", "--out", str(out)]) == 0
+    for name in ("report.md", "index.html", "results.json"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 500
+    results = json.loads((out / "results.json").read_text())
+    assert [v["residual"] for v in results["variants"]] == VARIANTS
+    for variant in results["variants"]:
+        run = variant["runs"][0]
+        assert 0 < run["final_val_loss"] < 10 and run["step_time_s"] > 0 and run["peak_memory_bytes"] > 0
+        assert len(run["val_curve"]) == 4  # eval every 10 of 40 steps
+    summary = results["summary"]
+    assert summary["standard"]["step_time_ratio"] == 1.0
+    report = (out / "report.md").read_text()
+    html = (out / "index.html").read_text()
+    expected_pngs = {"val_loss.png", "cost.png", "max_weight_by_depth.png", "hidden_rms_by_depth.png",
+                     "routing_full_attnres.png", "routing_block_attnres-N-4.png", "routing_delta_attnres.png",
+                     "routing_delta_block-N-4.png"}
+    written = {p.name for p in (out / "figures").glob("*.png")}
+    assert {n.lower() for n in written} == {n.lower() for n in expected_pngs}
+    for name in written:
+        assert f"figures/{name}" in report and f"figures/{name}" in html
+        image = matplotlib.image.imread(out / "figures" / name)
+        assert image.shape[0] >= 300 and image.shape[1] >= 400
+    # a person can read them: every figure has a title and labelled axes; multi-series ones a legend
+    assert set(captured_figures) == written
+    for name, fig in captured_figures.items():
+        ax = fig.axes[0]
+        assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel(), name
+        if name in ("val_loss.png", "max_weight_by_depth.png", "hidden_rms_by_depth.png", "cost.png"):
+            assert ax.get_legend() is not None, name
+    for variant in VARIANTS:
+        assert f"| {variant}" in report
+
+
+def test_presets_are_listed_and_validated():
+    assert {"smoke", "default"} <= set(available_presets())
+    preset = load_preset("default")
+    assert preset.run["model"]["num_layers"] >= 16
+    assert [v["residual"] for v in preset.variants] == VARIANTS
+    with pytest.raises(RunConfigError, match=r"unknown preset 'nope'; available: \[.*'smoke'"):
+        load_preset("nope")
+    with pytest.raises(ValueError, match="ModelConfig.num_blocks"):
+        load_preset("smoke", ["model.num_layers=3"])  # N=4 is not valid for 6 sub-layers
