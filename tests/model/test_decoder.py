@@ -110,7 +110,7 @@ def test_call_time_errors():
         model(torch.tensor([[0, 97]]))
     with pytest.raises(ValueError, match=r"token ids in \[0, vocab_size=97\), got values from -1 to 3"):
         model(torch.tensor([[-1, 3]]))
-    with pytest.raises(ValueError, match=r"seq_len 65, longer than the configured maximum ModelConfig.max_seq_len=64"):
+    with pytest.raises(ValueError, match=r"seq_len 65 after 0 cached positions, longer than the configured maximum ModelConfig.max_seq_len=64"):
         model(torch.zeros(1, 65, dtype=torch.long))
     with pytest.raises(ValueError, match=r"shape \(batch, seq_len\)"):
         model(torch.zeros(5, dtype=torch.long))
@@ -125,3 +125,60 @@ def test_routing_init_is_zero_query_unit_gain():
     for router in model.routers:
         assert torch.all(router.query == 0) and torch.all(router.key_norm.weight == 1)
         assert router.gate is not None and float(router.gate.detach()) == 0.0
+
+
+@pytest.mark.parametrize("residual, num_blocks, exact", VARIANTS)
+def test_kv_cache_decoding_equals_the_full_forward(residual, num_blocks, exact):
+    """Prefill 5 tokens, then a chunk of 3, then 4 single tokens: logits equal one full pass."""
+    from attnres.model import KVCache
+
+    torch.manual_seed(0)
+    model = AttnResLM(small_config(residual=residual, num_blocks=num_blocks, exact_conversion=exact)).eval()
+    with torch.no_grad():
+        for router in model.routers:
+            router.query.normal_()
+            if router.gate is not None:
+                router.gate.fill_(0.5)
+    ids = torch.randint(0, 97, (2, 12))
+    with torch.no_grad():
+        full = model(ids, return_routing=True)
+        cache = KVCache()
+        pieces = [model(ids[:, :5], cache=cache), model(ids[:, 5:8], cache=cache)]
+        pieces += [model(ids[:, t:t + 1], cache=cache, return_routing=True) for t in range(8, 12)]
+    torch.testing.assert_close(torch.cat([p.logits for p in pieces], dim=1), full.logits, rtol=1e-5, atol=1e-5)
+    assert cache.get_seq_length() == 12
+    for router_weights, last in zip(full.routing or [], pieces[-1].routing or []):
+        torch.testing.assert_close(last, router_weights[:, -1:])
+    with pytest.raises(ValueError, match="after 12 cached positions"):
+        model(torch.zeros(2, 53, dtype=torch.long), cache=cache)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_standard_matches_hf_llama_and_qwen2(family):
+    """qk_norm=False is Llama's attention; attention_bias=True adds Qwen2's q/k/v biases."""
+    config = small_config(qk_norm=False, attention_bias=family == "qwen2", tie_embeddings=False)
+    common = dict(vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+                  intermediate_size=config.intermediate_size, num_hidden_layers=config.num_layers,
+                  num_attention_heads=config.num_heads, num_key_value_heads=config.num_kv_heads,
+                  rms_norm_eps=config.norm_eps, max_position_embeddings=config.max_seq_len,
+                  rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+                  tie_word_embeddings=False, attn_implementation="eager")
+    if family == "llama":
+        hf_config = transformers.LlamaConfig(head_dim=config.head_dim, **common)
+        config = small_config(qk_norm=False, tie_embeddings=False)
+        hf_class = transformers.LlamaForCausalLM
+    else:
+        config = small_config(qk_norm=False, attention_bias=True, tie_embeddings=False, head_dim=8)
+        hf_config = transformers.Qwen2Config(**common)
+        hf_class = transformers.Qwen2ForCausalLM
+    torch.manual_seed(0)
+    hf = hf_class(hf_config).eval()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if "norm" in name or "bias" in name:
+                p.copy_(1 + 0.3 * torch.randn_like(p) if "norm" in name else 0.3 * torch.randn_like(p))
+    ours = AttnResLM(config).eval()
+    ours.load_state_dict({k.removeprefix("model."): v for k, v in hf.state_dict().items()}, strict=True)
+    ids = torch.randint(0, config.vocab_size, (2, 9))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, hf(input_ids=ids).logits, rtol=1e-5, atol=1e-5)

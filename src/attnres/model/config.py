@@ -31,7 +31,8 @@ class ModelConfig:
     sub-layers (a transformer layer has two). `exact_conversion` (delta_block only) makes the
     zero-query model reproduce a standard model: "gate" adds a zero-initialised scalar gate per
     router, "partial" adds the current block's partial sum as a source (METHOD §4).
-    `head_dim=None` means hidden_size // num_heads.
+    `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
+    keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
     """
 
     vocab_size: int
@@ -45,6 +46,8 @@ class ModelConfig:
     num_blocks: int | None = None
     exact_conversion: str | None = None
     tie_embeddings: bool = True
+    qk_norm: bool = True
+    attention_bias: bool = False
     rope_theta: float = 1_000_000.0
     norm_eps: float = 1e-6
     max_seq_len: int = 2048
@@ -71,8 +74,9 @@ class ModelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
                 raise ConfigError(f"ModelConfig.{name} must be a positive number, got {value!r}")
-        if not isinstance(self.tie_embeddings, bool):
-            raise ConfigError(f"ModelConfig.tie_embeddings must be True or False, got {self.tie_embeddings!r}")
+        for name in ("tie_embeddings", "qk_norm", "attention_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"ModelConfig.{name} must be True or False, got {getattr(self, name)!r}")
         self._validate_residual()
 
     def _validate_residual(self) -> None:

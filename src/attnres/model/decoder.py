@@ -17,11 +17,12 @@ from attnres.routing import Router
 
 @dataclass
 class CausalLMOutput:
-    """logits (B, T, V); loss (scalar) when labels were given; routing when asked (see forward)."""
+    """logits (B, T, V); loss (scalar) when labels were given; routing when asked; the cache passed in."""
 
     logits: torch.Tensor
     loss: torch.Tensor | None = None
     routing: list[torch.Tensor] | None = None
+    cache: object | None = None
 
 
 class AttnResLM(nn.Module):
@@ -60,34 +61,38 @@ class AttnResLM(nn.Module):
                 module.reset_parameters()
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
-                return_routing: bool = False) -> CausalLMOutput:
+                return_routing: bool = False, cache=None) -> CausalLMOutput:
         """input_ids (B, T) int -> CausalLMOutput.
 
         labels (B, T): next-token targets, shifted inside (position t predicts labels[t + 1]);
         -100 is ignored. With return_routing, `routing` is a list with one (B, T, n_sources) fp32
-        tensor of softmax weights per router, in the order of `self.routers`.
+        tensor of softmax weights per router, in the order of `self.routers`. cache: a KVCache (or a
+        Hugging Face Cache) holding earlier positions; input_ids are then the next positions, and the
+        cache is updated in place and returned as `out.cache`.
         """
-        self._check_input_ids(input_ids)
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        past = cache.get_seq_length() if cache is not None else 0
+        self._check_input_ids(input_ids, past)
+        positions = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
         embedding = self.embed_tokens(input_ids)
         rope = self.rotary(positions, embedding.dtype)
         state = self.residual.start(embedding, record_routing=return_routing)
         for i, layer in enumerate(self.layers):
             s = 2 * i
-            self.residual.after(s, state, layer.attention_delta(self.residual.sublayer_input(s, state), rope))
+            h = self.residual.sublayer_input(s, state)
+            self.residual.after(s, state, layer.attention_delta(h, rope, cache, i))
             self.residual.after(s + 1, state, layer.mlp_delta(self.residual.sublayer_input(s + 1, state)))
         logits = self.lm_head(self.norm(self.residual.finish(state)))
         loss = None if labels is None else next_token_loss(logits, labels)
-        return CausalLMOutput(logits=logits, loss=loss, routing=state.routing)
+        return CausalLMOutput(logits=logits, loss=loss, routing=state.routing, cache=cache)
 
-    def _check_input_ids(self, input_ids: torch.Tensor) -> None:
+    def _check_input_ids(self, input_ids: torch.Tensor, past: int) -> None:
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
             raise ValueError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
-        if input_ids.shape[1] > self.config.max_seq_len:
-            raise ValueError(f"input_ids has seq_len {input_ids.shape[1]}, longer than the configured "
-                             f"maximum ModelConfig.max_seq_len={self.config.max_seq_len}")
+        if past + input_ids.shape[1] > self.config.max_seq_len:
+            raise ValueError(f"input_ids has seq_len {input_ids.shape[1]} after {past} cached positions, longer "
+                             f"than the configured maximum ModelConfig.max_seq_len={self.config.max_seq_len}")
         if torch.compiler.is_compiling() or input_ids.numel() == 0:
             return  # the range check needs a device sync; compiled graphs skip it
         low, high = int(input_ids.min()), int(input_ids.max())

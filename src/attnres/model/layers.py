@@ -46,25 +46,38 @@ class Attention(nn.Module):
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
         d = config.hidden_size
-        self.q_proj = nn.Linear(d, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=False)
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(d, self.num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(d, self.num_kv_heads * self.head_dim, bias=bias)
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, d, bias=False)
-        self.q_norm = RMSNorm(self.head_dim, config.norm_eps)
-        self.k_norm = RMSNorm(self.head_dim, config.norm_eps)
+        self.q_norm = RMSNorm(self.head_dim, config.norm_eps) if config.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(self.head_dim, config.norm_eps) if config.qk_norm else nn.Identity()
 
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """x (B, T, D), rope = (cos, sin) each (T, hd) -> (B, T, D)."""
+    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache=None,
+                layer_idx: int = 0) -> torch.Tensor:
+        """x (B, T, D), rope = (cos, sin) each (T, hd) for the T new positions -> (B, T, D).
+
+        cache: None, or an object with `update(k, v, layer_idx) -> (k_all, v_all)` (attnres.model.KVCache
+        or a Hugging Face Cache) holding the keys and values of earlier positions.
+        """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
         k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = rope
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(k, v, layer_idx)
         groups = self.num_heads // self.num_kv_heads
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        past = k.shape[2] - t
+        if past == 0:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:  # new query i sees every cached key and new keys up to itself
+            allowed = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(diagonal=past)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
 
 
@@ -92,9 +105,10 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
         self.mlp = MLP(config)
 
-    def attention_delta(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """Even sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D)."""
-        return self.self_attn(self.input_layernorm(h), rope)
+    def attention_delta(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache=None,
+                        layer_idx: int = 0) -> torch.Tensor:
+        """Even sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D); `cache` as in Attention.forward."""
+        return self.self_attn(self.input_layernorm(h), rope, cache, layer_idx)
 
     def mlp_delta(self, h: torch.Tensor) -> torch.Tensor:
         """Odd sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D)."""
