@@ -8,6 +8,11 @@ from dataclasses import asdict, dataclass, fields
 RESIDUALS = ("standard", "full_attnres", "block_attnres", "delta_attnres", "delta_block")
 BLOCK_RESIDUALS = ("block_attnres", "delta_block")
 EXACT_CONVERSIONS = ("gate", "partial")
+# ModelConfig field -> the name transformers' configs and generation utilities use.
+HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+            "num_kv_heads": "num_key_value_heads", "tie_embeddings": "tie_word_embeddings",
+            "rope_theta": "attnres_rope_theta", "norm_eps": "rms_norm_eps",
+            "max_seq_len": "max_position_embeddings", "init_std": "initializer_range"}
 
 
 class ConfigError(ValueError):
@@ -121,6 +126,19 @@ class ModelConfig:
     def to_dict(self) -> dict:
         """Plain dict of every field (round-trips through `ModelConfig(**d)`)."""
         return asdict(self)
+
+    def to_hf_dict(self) -> dict:
+        """The fields under Hugging Face's names: a `config.json` for `AttnResForCausalLM`."""
+        values = self.to_dict()
+        renamed = {HF_NAMES.get(name, name): value for name, value in values.items()}
+        return {"model_type": "attnres", "architectures": ["AttnResForCausalLM"], **renamed}
+
+    @classmethod
+    def from_hf_dict(cls, values: dict) -> "ModelConfig":
+        """Inverse of `to_hf_dict` (other keys of a config.json are ignored)."""
+        ours = {f.name for f in fields(cls)}
+        back = {hf: name for name, hf in HF_NAMES.items()}
+        return cls(**{back.get(key, key): value for key, value in values.items() if back.get(key, key) in ours})
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":

@@ -20,14 +20,17 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, theta: float) -> None:
         super().__init__()
-        # Computed in fp32, as Qwen3/Llama checkpoints were trained with, so conversions match exactly.
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.head_dim, self.theta = head_dim, theta
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """positions (T,) -> cos, sin of shape (T, head_dim) in `dtype`, computed in >= fp32."""
+        # Frequencies in fp32, as Qwen3/Llama checkpoints were trained with, so conversions match
+        # exactly; recomputed per call (head_dim / 2 values) rather than held in a buffer, which a
+        # meta-device construction (transformers' from_pretrained) would leave uninitialised.
+        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=positions.device) / self.head_dim
+        inv_freq = 1.0 / (self.theta ** exponents)
         compute = torch.promote_types(dtype, torch.float32)
-        angles = positions.to(compute)[:, None] * self.inv_freq.to(compute)[None, :]
+        angles = positions.to(compute)[:, None] * inv_freq.to(compute)[None, :]
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 

@@ -5,6 +5,8 @@ Layout of `<run>/checkpoints/step_<N>/`:
   trainer.safetensors    optimizer moments and RNG states
   state.json             step, run config, scheduler, data position, optimizer hyper-parameters,
                          and the sha256 and size of both tensor files
+  config.json            the model's Hugging Face config, so that
+                         `AutoModelForCausalLM.from_pretrained(<checkpoint dir>)` loads it (import attnres.hf)
 A checkpoint is built in a hidden temporary directory and renamed into place, so a process killed
 mid-save leaves the previous checkpoints as they were and no half-written one.
 """
@@ -57,8 +59,10 @@ def checkpoint_dirs(root: Path) -> list[Path]:
 
 
 def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    scheduler, run_config: dict, extra: dict, keep: int) -> Path:
-    """Write checkpoint `step` atomically under `root`, then delete all but the newest `keep`."""
+                    scheduler, run_config: dict, extra: dict, keep: int, hf_config: dict | None = None) -> Path:
+    """Write checkpoint `step` atomically under `root`, then delete all but the newest `keep`.
+
+    hf_config, when given, is written as config.json (see the module docstring)."""
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(TMP_PREFIX + "*"):  # left by a process killed mid-save
         shutil.rmtree(stale, ignore_errors=True)
@@ -85,6 +89,8 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.op
         "files": {name: _file_digest(tmp / name) for name in ("model.safetensors", "trainer.safetensors")},
     }
     _write_json(tmp / "state.json", state)
+    if hf_config is not None:
+        _write_json(tmp / "config.json", hf_config)
     for file in tmp.iterdir():  # data on disk before the rename makes it visible
         _fsync(file)
     _fsync(tmp)

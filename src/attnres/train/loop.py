@@ -137,7 +137,8 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
             progress.set_postfix(loss=f"{loss_sum:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
                 last_saved = save_checkpoint(ckpt_root, step, model, optimizer, scheduler, run.to_dict(),
-                                             {"data": loader.state_dict()}, cfg.keep_checkpoints)
+                                             {"data": loader.state_dict()}, cfg.keep_checkpoints,
+                                             hf_config=model.config.to_hf_dict())
     finally:
         progress.close()
         metrics.close()

@@ -1,0 +1,11 @@
+"""Hugging Face integration: config and model classes, registered with the Auto classes on import."""
+
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from attnres.hf.configuration import AttnResConfig
+from attnres.hf.modeling import AttnResForCausalLM
+
+AutoConfig.register("attnres", AttnResConfig, exist_ok=True)
+AutoModelForCausalLM.register(AttnResConfig, AttnResForCausalLM, exist_ok=True)
+
+__all__ = ["AttnResConfig", "AttnResForCausalLM"]

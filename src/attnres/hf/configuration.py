@@ -1,0 +1,53 @@
+"""AttnResConfig: the Hugging Face config of an attnres model (`model_type = "attnres"`).
+
+Field names follow transformers' conventions (num_hidden_layers, rms_norm_eps, ...) so that its
+generation utilities and caches read them; `to_model_config()` gives the attnres ModelConfig.
+"""
+
+from __future__ import annotations
+
+from transformers import PreTrainedConfig
+
+from attnres.model import ModelConfig
+
+
+class AttnResConfig(PreTrainedConfig):
+    """Hugging Face config mirroring `attnres.ModelConfig` (validated by building one)."""
+
+    model_type = "attnres"
+    keys_to_ignore_at_inference = ["past_key_values"]
+
+    vocab_size: int = 32000
+    hidden_size: int = 512
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 8
+    num_key_value_heads: int = 8
+    head_dim: int | None = None
+    intermediate_size: int = 1536
+    residual: str = "standard"
+    num_blocks: int | None = None
+    exact_conversion: str | None = None
+    tie_word_embeddings: bool = True
+    qk_norm: bool = True
+    attention_bias: bool = False
+    attnres_rope_theta: float = 1_000_000.0
+    rms_norm_eps: float = 1e-6
+    max_position_embeddings: int = 2048
+    initializer_range: float = 0.02
+    use_cache: bool = True
+
+    def __post_init__(self, **kwargs):
+        super().__post_init__(**kwargs)
+        model_config = self.to_model_config()  # raises ConfigError naming the field
+        self.head_dim = model_config.head_dim
+
+    def to_model_config(self) -> ModelConfig:
+        """The attnres ModelConfig these fields describe."""
+        return ModelConfig.from_hf_dict(self.to_dict())
+
+    @classmethod
+    def from_model_config(cls, config: ModelConfig, **kwargs) -> "AttnResConfig":
+        """The Hugging Face config of an attnres ModelConfig."""
+        values = config.to_hf_dict()
+        del values["model_type"], values["architectures"]
+        return cls(**values, **kwargs)

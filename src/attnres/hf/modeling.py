@@ -1,0 +1,80 @@
+"""AttnResForCausalLM: an attnres model as a transformers PreTrainedModel (save/load, generate)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+from attnres.hf.configuration import AttnResConfig
+from attnres.model import AttnResLM
+from attnres.norm import RMSNorm
+from attnres.routing import Router
+
+
+class AttnResPreTrainedModel(PreTrainedModel):
+    """Shared settings of attnres models in transformers."""
+
+    config_class = AttnResConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = False
+    _supports_sdpa = True
+    _no_split_modules = ["DecoderLayer"]
+
+    def _init_weights(self, module):
+        # Called by transformers for modules it materialises without checkpoint values: the same
+        # initialisation AttnResLM uses (zero queries and gates, unit gains).
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (RMSNorm, Router)):
+            module.reset_parameters()
+
+
+class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
+    """`model` is the attnres AttnResLM; parameter names are `model.<AttnResLM name>`."""
+
+    def __init__(self, config: AttnResConfig) -> None:
+        super().__init__(config)
+        self.model = AttnResLM(config.to_model_config())
+        if config.tie_word_embeddings:
+            self._tied_weights_keys = {"model.lm_head.weight": "model.embed_tokens.weight"}
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self):
+        return self.model.lm_head
+
+    def set_output_embeddings(self, value):
+        self.model.lm_head = value
+
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                cache=None, labels: torch.LongTensor | None = None, use_cache: bool | None = None,
+                return_routing: bool = False, past_key_values=None, **unused) -> CausalLMOutputWithPast:
+        """input_ids (B, T) -> CausalLMOutputWithPast(loss, logits (B, T, V), cache).
+
+        cache (transformers 5's name; `past_key_values` is accepted too): the KV cache of earlier
+        positions. attention_mask must be all ones: padded batches are not supported yet.
+        """
+        cache = cache if cache is not None else past_key_values
+        if input_ids is None:
+            raise ValueError("AttnResForCausalLM needs input_ids (inputs_embeds is not supported)")
+        if attention_mask is not None and not bool(attention_mask.all()):
+            raise ValueError("AttnResForCausalLM does not support padding yet: attention_mask must be all ones "
+                             "(generate one sequence at a time, or batch sequences of equal length)")
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+        out = self.model(input_ids, labels=labels, return_routing=return_routing, cache=cache if use_cache else None)
+        result = CausalLMOutputWithPast(loss=out.loss, logits=out.logits, cache=cache if use_cache else None)
+        if return_routing:
+            result["routing"] = out.routing
+        return result
