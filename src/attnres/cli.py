@@ -58,6 +58,21 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _convert(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnres.hf.convert import convert_checkpoint
+    from attnres.hf.export import save_hf
+
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
+    model = convert_checkpoint(args.source, residual=args.residual, num_blocks=args.num_blocks,
+                               exact_conversion=args.exact, dtype=dtype, max_seq_len=args.max_seq_len)
+    out = save_hf(model, args.out, tokenizer_dir=args.source)
+    print(f"converted {args.source} -> {out} ({model.config.residual}, {sum(p.numel() for p in model.parameters()):,} "
+          f"parameters); load with: import attnres.hf; AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from attnres.demo import DemoSettings
@@ -88,6 +103,17 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--max-batches", type=int, default=None)
     evaluate.add_argument("--device", default="cpu")
     evaluate.set_defaults(handler=_eval)
+
+    convert = sub.add_parser("convert", help="convert a Hugging Face Qwen3/Qwen2/Llama/Mistral checkpoint")
+    convert.add_argument("source", help="a local Hugging Face checkpoint directory (config.json + safetensors)")
+    convert.add_argument("--residual", default="standard", help="the residual variant of the converted model")
+    convert.add_argument("--num-blocks", type=int, default=None, help="blocks, for block_attnres and delta_block")
+    convert.add_argument("--exact", choices=["gate", "partial"], default=None,
+                         help="delta_block's exact conversion: a zero-initialised gate or the partial-sum source")
+    convert.add_argument("--max-seq-len", type=int, default=None, help="default: the source's max_position_embeddings")
+    convert.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    convert.add_argument("--out", required=True, help="output directory (Hugging Face format)")
+    convert.set_defaults(handler=_convert)
 
     demo = sub.add_parser("demo", help="train a tiny model of each variant on generated data and compare")
     defaults = DemoSettings()

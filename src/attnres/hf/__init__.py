@@ -3,9 +3,11 @@
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from attnres.hf.configuration import AttnResConfig
+from attnres.hf.convert import ConversionError, convert_checkpoint
+from attnres.hf.export import save_hf, to_hf_model
 from attnres.hf.modeling import AttnResForCausalLM
 
 AutoConfig.register("attnres", AttnResConfig, exist_ok=True)
 AutoModelForCausalLM.register(AttnResConfig, AttnResForCausalLM, exist_ok=True)
 
-__all__ = ["AttnResConfig", "AttnResForCausalLM"]
+__all__ = ["AttnResConfig", "AttnResForCausalLM", "ConversionError", "convert_checkpoint", "save_hf", "to_hf_model"]
