@@ -27,12 +27,28 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from attnres.train import load_run_config, train
+    from attnres.train import load_run_config
 
-    run = load_run_config(args.config, args.set)
+    return _run_training(load_run_config(args.config, args.set), args)
+
+
+def _run_training(run, args: argparse.Namespace) -> int:
+    from attnres.train import train
+
     result = train(run, resume=args.resume, device=args.device)
     print(f"done: {run.train.steps} steps, validation loss {result.final_val_loss:.4f}; run in {result.run_dir}")
     return 0
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    from attnres.train import RunConfigError, load_run_config
+    from attnres.train.run_config import finetune_defaults
+
+    run = load_run_config(args.config, args.set, base=finetune_defaults(args.init))
+    if run.data.tokenizer == "bpe":
+        raise RunConfigError(f"finetune needs the model's own tokenizer and {args.init} has none; "
+                             f"pass --set data.tokenizer=DIR")
+    return _run_training(run, args)
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -73,6 +89,13 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override a config value, {example}")
+    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    parser.add_argument("--device", default="cpu")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
     from attnres.demo import DemoSettings
@@ -92,11 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="train one model from a YAML config")
     train.add_argument("--config", required=True, help="YAML file with model, data and train sections")
-    train.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config value, e.g. --set model.residual=delta_block --set train.lr=1e-3")
-    train.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    train.add_argument("--device", default="cpu")
+    _add_run_arguments(train, "e.g. --set model.residual=delta_block --set train.lr=1e-3")
     train.set_defaults(handler=_train)
+
+    finetune = sub.add_parser("finetune", help="fine-tune a converted model (the Delta paper's recipe by default)")
+    finetune.add_argument("init", help="a directory from `attnres convert` (or a training checkpoint)")
+    finetune.add_argument("--config", default=None, help="YAML with data/train/out_dir (model fields come from INIT)")
+    _add_run_arguments(finetune, "e.g. --set train.query_init=normal --set train.steps=300")
+    finetune.set_defaults(handler=_finetune)
 
     evaluate = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint (or a run's latest)")
     evaluate.add_argument("checkpoint", help="a checkpoint directory (runs/X/checkpoints/step_N) or a run directory")
@@ -131,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     failures: tuple[type[Exception], ...] = ()
-    if args.command in ("train", "eval", "compare"):
+    if args.command in ("train", "finetune", "eval", "compare"):
         from attnres.train import CheckpointError, TrainingError
 
         failures = (CheckpointError, TrainingError)

@@ -16,6 +16,7 @@ MODEL = dict(hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1, intermed
     (dict(grad_clip=0), r"TrainConfig.grad_clip must be a positive number"),
     (dict(warmup_steps=-1), r"TrainConfig.warmup_steps must be an integer >= 0"),
     (dict(compile="yes"), r"TrainConfig.compile must be true or false"),
+    (dict(query_init="xavier"), r"TrainConfig.query_init must be one of \['zero', 'normal'\]"),
 ])
 def test_train_config_errors(overrides, pattern):
     with pytest.raises(TrainConfigError, match=pattern):

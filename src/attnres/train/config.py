@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCHEDULES = ("cosine", "wsd", "constant")
+QUERY_INITS = ("zero", "normal")
 PRECISIONS = ("bf16", "fp32")
 
 
@@ -21,6 +22,8 @@ class TrainConfig:
     routing_lr_mult scales the learning rate of router queries, key gains and gates.
     precision "bf16" = fp32 master weights with bf16 autocast; "fp32" = no autocast.
     eval_batches=None evaluates on the whole validation split.
+    query_init "normal" re-draws router queries from N(0, 0.02) at the start of a run (what public
+    research code does by accident; both papers initialise them to zero, the default).
     """
 
     steps: int = 1000
@@ -37,6 +40,7 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float | None = 1.0
     routing_lr_mult: float = 1.0
+    query_init: str = "zero"
     precision: str = "bf16"
     compile: bool = False
     seed: int = 0
@@ -72,6 +76,8 @@ class TrainConfig:
             _positive_number("grad_clip", self.grad_clip)
         if self.schedule not in SCHEDULES:
             raise TrainConfigError(f"TrainConfig.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
+        if self.query_init not in QUERY_INITS:
+            raise TrainConfigError(f"TrainConfig.query_init must be one of {list(QUERY_INITS)}, got {self.query_init!r}")
         if self.precision not in PRECISIONS:
             raise TrainConfigError(f"TrainConfig.precision must be one of {list(PRECISIONS)}, got {self.precision!r}")
         for name in ("compile", "progress", "tensorboard"):

@@ -17,7 +17,8 @@ from attnres.train.checkpoint import (CheckpointError, checkpoint_dirs, latest_c
 from attnres.train.config import TrainConfig
 from attnres.train.metrics import MetricsLogger
 from attnres.train.optim import build_optimizer
-from attnres.train.run_config import RunConfig
+from attnres.train.init import draw_normal_queries, load_initial_weights
+from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.schedule import build_scheduler
 
 
@@ -85,6 +86,14 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
 
     data = prepare_data(run.data, run_dir=run_dir)
     model = build_model(run, data.tokenizer.vocab_size, device)
+    if data.tokenizer.vocab_size > model.config.vocab_size:
+        raise RunConfigError(f"the tokenizer has {data.tokenizer.vocab_size} tokens but the model only "
+                             f"{model.config.vocab_size}; use the model's own tokenizer (data.tokenizer)")
+    if checkpoint is None:
+        if run.init_from is not None:
+            load_initial_weights(model, run.init_from)
+        if cfg.query_init == "normal":
+            draw_normal_queries(model)
     optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg)
     loader = TokenBatches(data.train_tokens, cfg.seq_len, cfg.batch_size, cfg.seed)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ AUTO = "auto"
 # YAML 1.1 (PyYAML) reads 1e-3 as a string; a number is what anyone writing it means.
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 SECTIONS = ("model", "data", "train")
+TOP_LEVEL = (*SECTIONS, "out_dir", "init_from")
 
 
 class RunConfigError(ValueError):
@@ -25,12 +27,18 @@ class RunConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One training run. `model` holds ModelConfig fields; vocab_size "auto" takes the tokenizer's."""
+    """One training run. `model` holds ModelConfig fields; vocab_size "auto" takes the tokenizer's.
+
+    init_from: a Hugging Face-format directory (config.json + safetensors: `attnres convert` output
+    or a training checkpoint) whose weights start the run; its config supplies every model field
+    the `model` section does not set (typically only residual, num_blocks, exact_conversion).
+    """
 
     model: dict
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     out_dir: str = "runs/default"
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         self.build_model_config(vocab_size=256)  # validates every model field now, not at train time
@@ -48,21 +56,51 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         """Plain dict (YAML/JSON-safe) that `RunConfig.from_dict` reads back."""
-        return {"out_dir": self.out_dir, "model": dict(self.model), "data": dataclasses.asdict(self.data),
-                "train": dataclasses.asdict(self.train)}
+        return {"out_dir": self.out_dir, "init_from": self.init_from, "model": dict(self.model),
+                "data": dataclasses.asdict(self.data), "train": dataclasses.asdict(self.train)}
 
     @classmethod
     def from_dict(cls, values: dict) -> "RunConfig":
         """Build from {"model": ..., "data": ..., "train": ..., "out_dir": ...}; unknown keys are errors."""
-        unknown = sorted(set(values) - {*SECTIONS, "out_dir"})
+        unknown = sorted(set(values) - set(TOP_LEVEL))
         if unknown:
-            raise RunConfigError(f"unknown top-level key(s) {unknown}; allowed: {sorted([*SECTIONS, 'out_dir'])}")
-        if "model" not in values:
-            raise RunConfigError("the config needs a 'model' section (ModelConfig fields)")
+            raise RunConfigError(f"unknown top-level key(s) {unknown}; allowed: {sorted(TOP_LEVEL)}")
+        init_from = values.get("init_from")
+        if "model" not in values and init_from is None:
+            raise RunConfigError("the config needs a 'model' section (ModelConfig fields) or init_from")
         data = _section(values, "data", DataConfig)
         train = _section(values, "train", TrainConfig)
-        model = {key: _number(value) for key, value in dict(values["model"]).items()}
-        return cls(model=model, data=data, train=train, out_dir=str(values.get("out_dir", "runs/default")))
+        model = {key: _number(value) for key, value in dict(values.get("model") or {}).items()}
+        if init_from is not None:
+            model = {**pretrained_model_fields(init_from), **model}
+        return cls(model=model, data=data, train=train, out_dir=str(values.get("out_dir", "runs/default")),
+                   init_from=None if init_from is None else str(init_from))
+
+
+def finetune_defaults(init_from: str | Path) -> dict:
+    """Base run for fine-tuning a converted model: the Delta paper's recipe (base lr 5e-5, routing
+    parameters in their own group at 100x, warm-up 500) and the model's own tokenizer."""
+    base = {"init_from": str(init_from),
+            "train": {"lr": 5e-5, "min_lr": 5e-6, "routing_lr_mult": 100.0, "warmup_steps": 500}}
+    if any((Path(init_from) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        base["data"] = {"tokenizer": str(init_from)}
+    return base
+
+
+def pretrained_model_fields(directory: str | Path) -> dict:
+    """ModelConfig fields from `<directory>/config.json` (an attnres Hugging Face config)."""
+    path = Path(directory) / "config.json"
+    try:
+        values = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RunConfigError(f"init_from: {path} does not exist (expected the output of `attnres convert` "
+                             f"or a training checkpoint directory)") from None
+    except json.JSONDecodeError as error:
+        raise RunConfigError(f"init_from: {path} is not valid JSON ({error})") from None
+    if values.get("model_type") != "attnres":
+        raise RunConfigError(f"init_from: {path} describes a {values.get('model_type')!r} model; convert it "
+                             f"first with `attnres convert`")
+    return ModelConfig.from_hf_dict(values).to_dict()
 
 
 def _section(values: dict, name: str, kind):
@@ -113,5 +151,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] = (), base: di
             raise RunConfigError(f"config file {path} is not valid YAML: {error}") from None
         if not isinstance(loaded, dict):
             raise RunConfigError(f"config file {path} must hold a mapping with sections {list(SECTIONS)}")
-        values.update(loaded)
+        for key, value in loaded.items():  # a section in the file refines the base's, key by key
+            both_sections = isinstance(value, dict) and isinstance(values.get(key), dict)
+            values[key] = {**values[key], **value} if both_sections else value
     return RunConfig.from_dict(apply_overrides(values, list(overrides)))

@@ -1,0 +1,76 @@
+"""`attnres finetune`: a converted model continues from its source's function, with the Delta recipe."""
+
+import pytest
+import torch
+import yaml
+
+transformers = pytest.importorskip("transformers")
+
+from attnres.cli import main  # noqa: E402
+from attnres.data import train_bpe  # noqa: E402
+from attnres.train.metrics import read_metrics  # noqa: E402
+from tests.train.conftest import WORDS  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    """A tiny transformers Qwen3 with a BPE tokenizer of its vocabulary size, and a text corpus."""
+    root = tmp_path_factory.mktemp("finetune")
+    corpus = root / "corpus"
+    corpus.mkdir()
+    rng = __import__("random").Random(0)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(300)) for _ in range(40)]
+    for i, text in enumerate(texts):
+        (corpus / f"d{i:02d}.txt").write_text(text)
+    tokenizer = train_bpe(texts, vocab_size=300)
+    config = transformers.Qwen3Config(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                      max_position_embeddings=64, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    source = transformers.Qwen3ForCausalLM(config)
+    with torch.no_grad():  # realistic activation scales (METHOD §4: RMSNorm eps)
+        for p in source.parameters():
+            p.mul_(10.0 if p.dim() > 1 else 1.0)
+    source.save_pretrained(root / "source")
+    tokenizer.save(root / "source")
+    return root, corpus
+
+
+def finetune(root, corpus, conversion, name, *sets):
+    out = root / f"conv-{name}"
+    if not out.exists():
+        assert main(["convert", str(root / "source"), *conversion, "--out", str(out)]) == 0
+    cfg = root / f"{name}.yaml"
+    cfg.write_text(yaml.safe_dump({"out_dir": str(root / f"run-{name}"), "data": {"source": str(corpus), "val_fraction": 0.2},
+                                   "train": {"steps": 3, "batch_size": 2, "seq_len": 32, "eval_every": 3, "eval_batches": 1,
+                                             "checkpoint_every": 3, "log_every": 1, "tensorboard": False,
+                                             "progress": False, "precision": "fp32", "warmup_steps": 1}}))
+    assert main(["finetune", str(out), "--config", str(cfg), *sets]) == 0
+    return [r["loss"] for r in read_metrics(root / f"run-{name}")]
+
+
+def test_exact_conversion_has_no_loss_spike_and_random_queries_do(setup, monkeypatch):
+    root, corpus = setup
+    monkeypatch.setenv("ATTNRES_CACHE", str(root / "cache"))
+    standard = finetune(root, corpus, ["--residual", "standard"], "standard")
+    gate = finetune(root, corpus, ["--residual", "delta_block", "--num-blocks", "2", "--exact", "gate"], "gate")
+    block = finetune(root, corpus, ["--residual", "block_attnres", "--num-blocks", "2"], "block")
+    noisy = finetune(root, corpus, ["--residual", "block_attnres", "--num-blocks", "2"], "block-normal",
+                     "--set", "train.query_init=normal")
+    assert gate[0] == pytest.approx(standard[0], abs=1e-5)   # step 1: the source model's loss exactly
+    assert block[0] == pytest.approx(standard[0], abs=1e-4)  # zero queries: the same function
+    assert abs(noisy[0] - standard[0]) > 10 * abs(block[0] - standard[0])
+    run = yaml.safe_load((root / "run-gate" / "config.yaml").read_text())
+    assert run["train"]["lr"] == 5e-5 and run["train"]["routing_lr_mult"] == 100.0
+    assert run["model"]["residual"] == "delta_block" and run["model"]["vocab_size"] == 300
+    assert run["data"]["tokenizer"] == str(root / "conv-gate")
+
+
+def test_finetune_without_a_tokenizer_is_refused(setup, tmp_path, capsys):
+    root, _ = setup
+    bare = tmp_path / "bare"
+    assert main(["convert", str(root / "source"), "--out", str(bare)]) == 0
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (bare / name).unlink(missing_ok=True)
+    assert main(["finetune", str(bare), "--set", "train.seq_len=32"]) == 2
+    assert "needs the model's own tokenizer" in capsys.readouterr().err
