@@ -83,7 +83,12 @@ def _convert(args: argparse.Namespace) -> int:
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
     model = convert_checkpoint(args.source, residual=args.residual, num_blocks=args.num_blocks,
                                exact_conversion=args.exact, dtype=dtype, max_seq_len=args.max_seq_len)
-    out = save_hf(model, args.out, tokenizer_dir=args.source)
+    gguf = str(args.source).endswith(".gguf")
+    out = save_hf(model, args.out, tokenizer_dir=None if gguf else args.source)
+    if gguf:
+        from attnres.hf.gguf import save_gguf_tokenizer
+
+        save_gguf_tokenizer(args.source, out)
     print(f"converted {args.source} -> {out} ({model.config.residual}, {sum(p.numel() for p in model.parameters()):,} "
           f"parameters); load with: import attnres.hf; AutoModelForCausalLM.from_pretrained({str(out)!r})")
     return 0
@@ -131,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(handler=_eval)
 
     convert = sub.add_parser("convert", help="convert a Hugging Face Qwen3/Qwen2/Llama/Mistral checkpoint")
-    convert.add_argument("source", help="a local Hugging Face checkpoint directory (config.json + safetensors)")
+    convert.add_argument("source", help="a local Hugging Face checkpoint directory (config.json + safetensors) "
+                                        "or a .gguf file")
     convert.add_argument("--residual", default="standard", help="the residual variant of the converted model")
     convert.add_argument("--num-blocks", type=int, default=None, help="blocks, for block_attnres and delta_block")
     convert.add_argument("--exact", choices=["gate", "partial"], default=None,

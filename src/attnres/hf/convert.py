@@ -394,6 +394,8 @@ def convert_checkpoint(path, residual: str = "standard", num_blocks: int | None 
                        max_seq_len: int | None = None) -> AttnResLM:
     """An `AttnResLM` (eval mode, parameters in `dtype`) holding a local HF checkpoint's weights.
 
+    path: a Hugging Face checkpoint directory, or a `.gguf` file (read through transformers).
+
     Config refusals come first, before any weight is read. Routers are not in the checkpoint and
     keep their initialisation (zero queries, zero gates), so `standard` and the function-preserving
     variants (`full_attnres`, `block_attnres`, `delta_attnres`, `delta_block` with
@@ -402,10 +404,16 @@ def convert_checkpoint(path, residual: str = "standard", num_blocks: int | None 
     """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ConversionError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    directory = _checkpoint_directory(path)
-    config = model_config_from_hf(_read_config(directory), residual=residual, num_blocks=num_blocks,
+    if str(path).endswith(".gguf"):  # transformers reads and dequantises it (needs gguf, accelerate)
+        from attnres.hf.gguf import read_gguf_config, read_gguf_weights
+
+        hf_config, read_weights = read_gguf_config(path), lambda: read_gguf_weights(path)
+    else:
+        directory = _checkpoint_directory(path)
+        hf_config, read_weights = _read_config(directory), lambda: _read_weights(directory)
+    config = model_config_from_hf(hf_config, residual=residual, num_blocks=num_blocks,
                                   exact_conversion=exact_conversion, max_seq_len=max_seq_len)
-    state = convert_state_dict(_read_weights(directory), config)
+    state = convert_state_dict(read_weights(), config)
     # Build directly in `dtype` so a bf16 conversion never holds an fp32 copy of the model.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)

@@ -1,0 +1,86 @@
+"""GGUF input: a Llama GGUF file (written here with the `gguf` package, as llama.cpp lays it out)
+converts to the same logits as the transformers model it was written from."""
+
+import numpy as np
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+pytest.importorskip("accelerate")
+
+import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
+from attnres.cli import main  # noqa: E402
+
+
+def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp stores q/k rows interleaved per head; transformers undoes it when reading."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gguf")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                      tie_word_embeddings=False, rms_norm_eps=1e-5)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # realistic activation scales (METHOD §4: RMSNorm eps)
+        for p in model.parameters():
+            p.mul_(10.0 if p.dim() > 1 else 1.0)
+    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    writer = gguf.GGUFWriter(str(root / "tiny.gguf"), "llama")
+    writer.add_block_count(2)
+    writer.add_context_length(64)
+    writer.add_embedding_length(32)
+    writer.add_feed_forward_length(48)
+    writer.add_head_count(4)
+    writer.add_head_count_kv(2)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_rope_dimension_count(8)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(64)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list([f"t{i}" for i in range(64)])
+    writer.add_token_types([1] * 64)
+    writer.add_token_merges([])
+    writer.add_token_scores([0.0] * 64)
+    writer.add_eos_token_id(0)
+    writer.add_bos_token_id(0)
+    writer.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
+    writer.add_tensor("output_norm.weight", sd["model.norm.weight"])
+    writer.add_tensor("output.weight", sd["lm_head.weight"])
+    names = {"attn_norm": "input_layernorm", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+             "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+             "ffn_down": "mlp.down_proj"}
+    for i in range(2):
+        pre = f"model.layers.{i}."
+        writer.add_tensor(f"blk.{i}.attn_q.weight", llama_cpp_permute(sd[pre + "self_attn.q_proj.weight"], 4))
+        writer.add_tensor(f"blk.{i}.attn_k.weight", llama_cpp_permute(sd[pre + "self_attn.k_proj.weight"], 2))
+        for ours, theirs in names.items():
+            writer.add_tensor(f"blk.{i}.{ours}.weight", sd[pre + theirs + ".weight"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return root / "tiny.gguf", model
+
+
+@pytest.mark.parametrize("args", [["--residual", "standard"],
+                                  ["--residual", "delta_block", "--num-blocks", "2", "--exact", "gate"]])
+def test_gguf_converts_to_the_source_logits(tmp_path, gguf_file, args):
+    path, source = gguf_file
+    out = tmp_path / "out"
+    assert main(["convert", str(path), *args, "--out", str(out)]) == 0
+    assert (out / "tokenizer_config.json").is_file()  # the GGUF's tokenizer, saved beside the model
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    ids = torch.randint(0, 64, (2, 7))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, source(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_missing_gguf_file_is_a_clear_error(tmp_path, capsys):
+    assert main(["convert", str(tmp_path / "nope.gguf"), "--out", str(tmp_path / "o")]) == 2
+    assert "nope.gguf does not exist" in capsys.readouterr().err
