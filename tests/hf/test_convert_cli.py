@@ -7,6 +7,7 @@ transformers = pytest.importorskip("transformers")
 
 import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.cli import main  # noqa: E402
+from tests.hf.helpers import assert_converts_to_source_logits  # noqa: E402
 
 
 @pytest.fixture
@@ -29,14 +30,8 @@ def qwen3_dir(tmp_path):
                                   ["--residual", "delta_block", "--num-blocks", "2", "--exact", "gate"]])
 def test_convert_then_from_pretrained_reproduces_the_source(tmp_path, qwen3_dir, args, capsys):
     source, hf_model = qwen3_dir
-    out = tmp_path / "out"
-    assert main(["convert", str(source), *args, "--out", str(out)]) == 0
-    assert (out / "tokenizer_config.json").is_file()
-    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    loaded = assert_converts_to_source_logits(source, hf_model, args, tmp_path / "out", vocab_size=80)
     assert loaded.config.residual == args[1]
-    ids = torch.randint(0, 80, (2, 7))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(ids).logits, hf_model(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
 
 
 def test_convert_refusal_is_a_clear_error(tmp_path, capsys):

@@ -11,6 +11,7 @@ pytest.importorskip("accelerate")
 
 import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.cli import main  # noqa: E402
+from tests.hf.helpers import assert_converts_to_source_logits  # noqa: E402
 
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -71,14 +72,8 @@ def gguf_file(tmp_path_factory):
 @pytest.mark.parametrize("args", [["--residual", "standard"],
                                   ["--residual", "delta_block", "--num-blocks", "2", "--exact", "gate"]])
 def test_gguf_converts_to_the_source_logits(tmp_path, gguf_file, args):
-    path, source = gguf_file
-    out = tmp_path / "out"
-    assert main(["convert", str(path), *args, "--out", str(out)]) == 0
-    assert (out / "tokenizer_config.json").is_file()  # the GGUF's tokenizer, saved beside the model
-    loaded = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-    ids = torch.randint(0, 64, (2, 7))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(ids).logits, source(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+    path, source = gguf_file  # the GGUF's embedded tokenizer is saved beside the model
+    assert_converts_to_source_logits(path, source, args, tmp_path / "out", vocab_size=64)
 
 
 def test_missing_gguf_file_is_a_clear_error(tmp_path, capsys):
