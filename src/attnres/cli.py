@@ -94,6 +94,19 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lm_eval(args: argparse.Namespace) -> int:
+    from attnres.hf.lm_eval import PAPER_TASKS, run_lm_eval
+
+    tasks = list(PAPER_TASKS) if args.tasks == "paper" else [t for t in args.tasks.split(",") if t]
+    results = run_lm_eval(args.model, tasks, include_path=args.include_path, batch_size=args.batch_size,
+                          limit=args.limit, device=args.device)
+    text = json.dumps(results, indent=2, default=str)
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a config value, {example}")
@@ -146,6 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     convert.add_argument("--out", required=True, help="output directory (Hugging Face format)")
     convert.set_defaults(handler=_convert)
+
+    lm_eval = sub.add_parser("lm-eval", help="lm-evaluation-harness on a Hugging Face-format attnres model")
+    lm_eval.add_argument("model", help="a directory from `attnres convert`, or a training checkpoint directory")
+    lm_eval.add_argument("--tasks", default="paper",
+                         help="comma-separated lm-eval tasks, or 'paper' for the Delta paper's eight (needs hub access)")
+    lm_eval.add_argument("--include-path", default=None, help="a folder of extra task YAMLs")
+    lm_eval.add_argument("--batch-size", type=int, default=1)
+    lm_eval.add_argument("--limit", type=int, default=None, help="at most this many examples per task")
+    lm_eval.add_argument("--out", default=None, help="also write the results JSON here")
+    lm_eval.add_argument("--device", default="cpu")
+    lm_eval.set_defaults(handler=_lm_eval)
 
     demo = sub.add_parser("demo", help="train a tiny model of each variant on generated data and compare")
     defaults = DemoSettings()
