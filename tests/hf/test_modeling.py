@@ -8,6 +8,7 @@ transformers = pytest.importorskip("transformers")
 import attnres.hf  # noqa: E402  (registers the Auto classes)
 from attnres import ConfigError  # noqa: E402
 from attnres.hf import AttnResConfig, AttnResForCausalLM  # noqa: E402
+from tests.helpers import activate_routing  # noqa: E402
 
 VARIANTS = [("standard", None, None), ("full_attnres", None, None), ("block_attnres", 2, None),
             ("delta_attnres", None, None), ("delta_block", 2, "gate"), ("delta_block", 2, "partial")]
@@ -19,11 +20,7 @@ def tiny(residual="standard", num_blocks=None, exact=None, tie=True, seed=0):
                            num_key_value_heads=2, intermediate_size=48, residual=residual, num_blocks=num_blocks,
                            exact_conversion=exact, tie_word_embeddings=tie, max_position_embeddings=64)
     model = AttnResForCausalLM(config).eval()
-    with torch.no_grad():  # non-zero routing, so a lost router parameter would show
-        for router in model.model.routers:
-            router.query.normal_()
-            if router.gate is not None:
-                router.gate.fill_(0.5)
+    activate_routing(model.model.routers)
     return model
 
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from attnres import AttnResLM, ModelConfig
+from tests.helpers import activate_routing
 
 
 @pytest.mark.parametrize("residual, num_blocks, exact", [
@@ -15,11 +16,7 @@ def test_fullgraph_compile_matches_eager(residual, num_blocks, exact):
     config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                          intermediate_size=64, residual=residual, num_blocks=num_blocks, exact_conversion=exact)
     model = AttnResLM(config)
-    with torch.no_grad():
-        for router in model.routers:
-            router.query.normal_()
-            if router.gate is not None:
-                router.gate.fill_(0.5)
+    activate_routing(model.routers)
     ids = torch.randint(0, 64, (2, 8))
     # aot_eager traces forward and backward like inductor but skips code generation (fast in CI).
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")

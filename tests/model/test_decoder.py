@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from attnres import AttnResLM, ModelConfig
+from tests.helpers import activate_routing
 
 transformers = pytest.importorskip("transformers")
 
@@ -134,11 +135,7 @@ def test_kv_cache_decoding_equals_the_full_forward(residual, num_blocks, exact):
 
     torch.manual_seed(0)
     model = AttnResLM(small_config(residual=residual, num_blocks=num_blocks, exact_conversion=exact)).eval()
-    with torch.no_grad():
-        for router in model.routers:
-            router.query.normal_()
-            if router.gate is not None:
-                router.gate.fill_(0.5)
+    activate_routing(model.routers)
     ids = torch.randint(0, 97, (2, 12))
     with torch.no_grad():
         full = model(ids, return_routing=True)

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import torch
 
+from attnres.hf.convert import ConversionError
+
 
 def _split(path: str | Path) -> tuple[str, str]:
     path = Path(path)
     if not path.is_file():
-        from attnres.hf.convert import ConversionError
-
         raise ConversionError(f"GGUF file {path} does not exist")
     return str(path.parent), path.name
 
