@@ -52,12 +52,10 @@ def _finetune(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from attnres.train import evaluate_checkpoint, latest_checkpoint
+    from attnres.train import evaluate_checkpoint
+    from attnres.train.evaluate import resolve_checkpoint
 
-    path = Path(args.checkpoint)
-    if (path / "checkpoints").is_dir():  # a run directory: take its latest checkpoint
-        latest = latest_checkpoint(path / "checkpoints")
-        path = latest.path if latest is not None else path
+    path = resolve_checkpoint(args.checkpoint)  # a run directory: its latest checkpoint
     result = evaluate_checkpoint(path, max_batches=args.max_batches, device=args.device)
     print(json.dumps(result, indent=2))
     return 0
@@ -104,6 +102,29 @@ def _lm_eval(args: argparse.Namespace) -> int:
     if args.out:
         Path(args.out).write_text(text)
     print(text)
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from attnres.bench import format_markdown, resolve_config, run_bench
+    from attnres.bench.config import BENCH_OPTIONS
+
+    config = resolve_config(args.preset, args.quick, **{name: getattr(args, name) for name in BENCH_OPTIONS})
+    out = Path(args.out or f"reports/bench-{'quick' if args.quick else args.preset}")
+    results = run_bench(config, out, command="attnres " + shlex.join(args.argv))
+    print()
+    print(format_markdown(results))
+    print(f"report: {out / 'bench.md'} and {out / 'bench.json'}")
+    return 0
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from attnres.analysis.analyze import analyze
+
+    out = Path(args.out)
+    analyze(args.checkpoints, out, labels=args.labels, max_batches=args.max_batches, device=args.device,
+            command="attnres " + shlex.join(args.argv))
+    print(f"report: {out / 'summary.md'}, {out / 'index.html'} and {out / 'analysis.json'}")
     return 0
 
 
@@ -171,6 +192,52 @@ def build_parser() -> argparse.ArgumentParser:
     lm_eval.add_argument("--device", default="cpu")
     lm_eval.set_defaults(handler=_lm_eval)
 
+    bench = sub.add_parser("bench", help="time and memory of each variant against standard, a depth sweep and "
+                                         "a router micro-benchmark; writes bench.md and bench.json")
+    bench.add_argument("--preset", default="cpu", help="cpu (the default; the targets' shapes) or paper-gpu "
+                                                        "(2048 x 32, seq 4096, on CUDA)")
+    bench.add_argument("--quick", action="store_true", help="a tiny model: a run of seconds (explicit options win)")
+    bench.add_argument("--variants", nargs="+", default=None, metavar="VARIANT",
+                       help="variants to compare with standard (space- or comma-separated; default: all four)")
+    bench.add_argument("--hidden", dest="hidden_size", type=int, default=None, metavar="D",
+                       help="model width (cpu: 256)")
+    bench.add_argument("--layers", dest="num_layers", type=int, default=None, metavar="L", help="model depth (cpu: 24)")
+    bench.add_argument("--seq-len", type=int, default=None, help="tokens per sequence and prompt length (cpu: 256)")
+    bench.add_argument("--batch-size", type=int, default=None, help="sequences per batch (cpu: 1)")
+    bench.add_argument("--vocab-size", type=int, default=None, help="vocabulary of the random tokens (cpu: 4096)")
+    bench.add_argument("--num-blocks", type=int, default=None,
+                       help="blocks of block variants; the nearest valid count is used (default: 8)")
+    bench.add_argument("--repeats", type=int, default=None, help="measured rounds, at least 5 (cpu: 5)")
+    bench.add_argument("--warmup", type=int, default=None, help="discarded rounds first (cpu: 2)")
+    bench.add_argument("--depths", default=None, help="layer counts of the depth sweep, e.g. 12,24,48; 'none' skips it")
+    bench.add_argument("--sweep-hidden", type=int, default=None, help="model width in the depth sweep (cpu: 64)")
+    bench.add_argument("--sweep-seq-len", type=int, default=None, help="sequence length in the depth sweep (cpu: 128)")
+    bench.add_argument("--decode-tokens", type=int, default=None, help="tokens decoded one at a time (cpu: 16)")
+    bench.add_argument("--router-sources", type=int, default=None, help="sources of the router micro-benchmark (9)")
+    bench.add_argument("--router-batch", type=int, default=None,
+                       help="batch of the router's (batch, seq-len, hidden) sources (cpu: 32)")
+    bench.add_argument("--precision", default=None, help="bf16 (autocast; the default) or fp32")
+    bench.add_argument("--routing-impl", default=None, help="auto (default), reference, lean or triton")
+    bench.add_argument("--device", default=None, help="cpu (default), cuda or cuda:N")
+    bench.add_argument("--seed", type=int, default=None, help="seed of weights and tokens (default: 0)")
+    bench.add_argument("--threads", type=int, default=None,
+                       help="torch intra-op threads (default: torch's; --quick: 1)")
+    bench.add_argument("--out", default=None, help="report folder (default: reports/bench-PRESET)")
+    bench.set_defaults(handler=_bench)
+
+    analyze = sub.add_parser("analyze", help="routing heatmaps, source cosines, RMS and gradient norm by depth of "
+                                             "checkpoints on held-out batches; writes summary.md, index.html and "
+                                             "analysis.json")
+    analyze.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
+                         help="checkpoint directories (runs/X/checkpoints/step_N) or run directories (their latest)")
+    analyze.add_argument("--out", default="reports/analyze", help="report folder (default: reports/analyze)")
+    analyze.add_argument("--max-batches", type=int, default=4,
+                         help="held-out batches per checkpoint, of the run's batch size and seq_len (default: 4)")
+    analyze.add_argument("--labels", nargs="+", default=None, metavar="LABEL",
+                         help="one display name per checkpoint (default: variant and step)")
+    analyze.add_argument("--device", default="cpu")
+    analyze.set_defaults(handler=_analyze)
+
     demo = sub.add_parser("demo", help="train a tiny model of each variant on generated data and compare")
     defaults = DemoSettings()
     for f in fields(DemoSettings):
@@ -187,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     failures: tuple[type[Exception], ...] = ()
-    if args.command in ("train", "finetune", "eval", "compare"):
+    if args.command in ("train", "finetune", "eval", "compare", "analyze"):
         from attnres.train import CheckpointError, TrainingError
 
         failures = (CheckpointError, TrainingError)

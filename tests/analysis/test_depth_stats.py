@@ -6,29 +6,17 @@ import math
 import pytest
 import torch
 
-from attnres import AttnResLM, ModelConfig
 from attnres.analysis import DepthStats, collect_depth_stats, mean_max_weight
-
-VARIANTS = [("standard", None), ("full_attnres", None), ("block_attnres", 3), ("delta_attnres", None),
-            ("delta_block", 2)]
+from tests.analysis.models import batches_of_different_sizes, randomize_routers
+from tests.analysis.models import tiny_model as _tiny_model
 
 
 def tiny_model(residual, num_blocks=None, seed=0):
-    torch.manual_seed(seed)
-    return AttnResLM(ModelConfig(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
-                                 intermediate_size=64, residual=residual, num_blocks=num_blocks))
+    return _tiny_model(residual, num_blocks, seed, num_layers=3)
 
 
-def randomize_routers(model, seed=1):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for router in model.routers:
-            router.query.copy_(torch.randn(router.query.shape, generator=gen))
-
-
-def batches_of_different_sizes():
-    gen = torch.Generator().manual_seed(2)
-    return [torch.randint(0, 64, (1, 5), generator=gen), torch.randint(0, 64, (3, 7), generator=gen)]
+VARIANTS = [("standard", None), ("full_attnres", None), ("block_attnres", 3), ("delta_attnres", None),
+            ("delta_block", 2)]
 
 
 def manual_hidden_inputs(model, ids):

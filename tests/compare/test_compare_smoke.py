@@ -5,26 +5,11 @@ import json
 import matplotlib.image
 import pytest
 
-import attnres.analysis.plots as plots
 from attnres.cli import main
 from attnres.compare.presets import available_presets, load_preset
 from attnres.train import RunConfigError
 
 VARIANTS = ["standard", "full_attnres", "block_attnres", "delta_attnres", "delta_block"]
-
-
-@pytest.fixture
-def captured_figures(monkeypatch):
-    """Every matplotlib Figure the report saves, by file name, to check what a reader sees."""
-    figures = {}
-    original = plots._save
-
-    def save(fig, path):
-        figures[str(path).rsplit("/", 1)[-1]] = fig
-        return original(fig, path)
-
-    monkeypatch.setattr(plots, "_save", save)
-    return figures
 
 
 def test_smoke_compare_writes_every_report_file(tmp_path, monkeypatch, captured_figures):

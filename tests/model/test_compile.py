@@ -8,7 +8,7 @@ from tests.helpers import activate_routing
 
 
 @pytest.mark.parametrize("residual, num_blocks, exact", [
-    ("block_attnres", 2, None), ("delta_attnres", None, None), ("delta_block", 2, "partial"),
+    ("full_attnres", None, None), ("block_attnres", 2, None), ("delta_attnres", None, None), ("delta_block", 2, "partial"),
     ("delta_block", 2, "gate")])
 def test_fullgraph_compile_matches_eager(residual, num_blocks, exact):
     torch._dynamo.reset()
@@ -16,6 +16,7 @@ def test_fullgraph_compile_matches_eager(residual, num_blocks, exact):
     config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
                          intermediate_size=64, residual=residual, num_blocks=num_blocks, exact_conversion=exact)
     model = AttnResLM(config)
+    assert config.routing_impl == "auto"  # the lean custom ops on CPU
     activate_routing(model.routers)
     ids = torch.randint(0, 64, (2, 8))
     # aot_eager traces forward and backward like inductor but skips code generation (fast in CI).

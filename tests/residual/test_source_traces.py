@@ -307,7 +307,8 @@ def decode(source: torch.Tensor, blocks, s: int, per_sublayer: bool, symbol: str
 def run_trace(residual: str, num_layers: int, num_blocks, exact):
     config = ModelConfig(vocab_size=4, hidden_size=16, num_layers=num_layers, num_heads=2,
                          num_kv_heads=1, intermediate_size=8, residual=residual, num_blocks=num_blocks,
-                         exact_conversion=exact, norm_eps=1e-6)
+                         exact_conversion=exact, norm_eps=1e-6,
+                         routing_impl="reference")  # calls each Router; fast paths are tested equal to it
     model = AttnResLM(config)
     dim = config.hidden_size
     with torch.no_grad():
@@ -319,7 +320,7 @@ def run_trace(residual: str, num_layers: int, num_blocks, exact):
     seen = []
     for router in model.routers:
         original = router.forward
-        router.forward = lambda sources, original=original: (seen.append(list(sources)), original(sources))[1]
+        router.forward = lambda sources, original=original, **kw: (seen.append(list(sources)), original(sources, **kw))[1]
     model(torch.zeros(1, 3, dtype=torch.long))
     return model, seen
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
+from attnres.analysis.router_stats import routing_entropy
 from attnres.analysis.sharpness import mean_max_weight
 from attnres.model import AttnResLM
 
@@ -22,7 +23,11 @@ class DepthStats:
     hidden_rms:   RMS of each sub-layer's input h_s, s = 0 .. 2L-1, then of the final hidden state
                   fed to the final norm (length 2L + 1).
     num_tokens:   tokens the averages are over.
-    Routed fields are empty lists for `standard`.
+    entropy:      per router, the token-mean entropy of its weights in nats (`routing_entropy`;
+                  0 for a single source, ln n for uniform weights).
+    effective_sources: per router, the token-mean of exp(entropy) (`effective_sources`; 1 .. n).
+    Routed fields are empty lists for `standard`. `entropy` and `effective_sources` are also empty
+    when loaded from a dict written before they existed.
     """
 
     source_names: list[list[str]]
@@ -30,6 +35,8 @@ class DepthStats:
     max_weight: list[float | None]
     hidden_rms: list[float]
     num_tokens: int = 0
+    entropy: list[float] = field(default_factory=list)
+    effective_sources: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         """Plain dict of lists, numbers, strings and None."""
@@ -37,7 +44,8 @@ class DepthStats:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DepthStats":
-        """Inverse of `to_dict` (extra keys are an error, `num_tokens` may be absent)."""
+        """Inverse of `to_dict` (extra keys are an error; `num_tokens`, `entropy` and
+        `effective_sources` may be absent)."""
         return cls(**data)
 
 
@@ -71,6 +79,8 @@ def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> De
     acc = _RmsAccumulator(num_sublayers + 1)
     weight_sums = [torch.zeros(len(n), dtype=torch.float64) for n in names]
     max_sums: list[float | None] = [None if len(n) < 2 else 0.0 for n in names]
+    entropy_sums = [0.0] * len(names)
+    effective_sums = [0.0] * len(names)
     tokens = 0
 
     # h_s is what sub-layer s normalises, so a pre-hook on its norm sees exactly h_s; the final
@@ -92,6 +102,9 @@ def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> De
                 tokens += n
                 for r, w in enumerate(routing):
                     weight_sums[r] += w.detach().double().sum(dim=(0, 1)).cpu()
+                    entropy = routing_entropy(w.detach()).double()
+                    entropy_sums[r] += float(entropy.sum())
+                    effective_sums[r] += float(entropy.exp().sum())  # = effective_sources(w)
                 # Per-batch token means, re-weighted by the batch's token count.
                 for r, value in enumerate(mean_max_weight(routing)):
                     if value is not None:
@@ -108,4 +121,6 @@ def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> De
         mean_weights=[(s / tokens).tolist() for s in weight_sums],
         max_weight=[None if m is None else m / tokens for m in max_sums],
         hidden_rms=acc.rms(),
-        num_tokens=tokens)
+        num_tokens=tokens,
+        entropy=[e / tokens for e in entropy_sums],
+        effective_sources=[e / tokens for e in effective_sums])

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from attnres.model.config import variant_name
 from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
 
 
@@ -68,16 +69,6 @@ def variant_run(base: dict, variant: dict, seed: int, out_dir: str) -> RunConfig
     values = {**base, "out_dir": out_dir, "model": {**base.get("model", {}), **variant},
               "train": {**base.get("train", {}), "seed": seed}}
     return RunConfig.from_dict(values)
-
-
-def variant_name(variant: dict) -> str:
-    """Display name, e.g. "delta_block (N=4)"."""
-    name = variant["residual"]
-    if variant.get("num_blocks"):
-        name += f" (N={variant['num_blocks']})"
-    if variant.get("exact_conversion"):
-        name += f" [{variant['exact_conversion']}]"
-    return name
 
 
 def variant_slug(variant: dict) -> str:

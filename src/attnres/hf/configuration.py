@@ -34,6 +34,7 @@ class AttnResConfig(PreTrainedConfig):
     rms_norm_eps: float = 1e-6
     max_position_embeddings: int = 2048
     initializer_range: float = 0.02
+    routing_impl: str = "auto"
     use_cache: bool = True
 
     def __post_init__(self, **kwargs):

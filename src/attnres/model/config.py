@@ -8,6 +8,9 @@ from dataclasses import asdict, dataclass, fields
 RESIDUALS = ("standard", "full_attnres", "block_attnres", "delta_attnres", "delta_block")
 BLOCK_RESIDUALS = ("block_attnres", "delta_block")
 EXACT_CONVERSIONS = ("gate", "partial")
+# How routers compute (same function, different speed): "auto" = Triton on CUDA when available,
+# else the memory-lean custom op; "reference" = the plain METHOD §2 code every path is tested against.
+ROUTING_IMPLS = ("auto", "reference", "lean", "triton")
 # ModelConfig field -> the name transformers' configs and generation utilities use.
 HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
             "num_kv_heads": "num_key_value_heads", "tie_embeddings": "tie_word_embeddings",
@@ -38,6 +41,7 @@ class ModelConfig:
     router, "partial" adds the current block's partial sum as a source (METHOD §4).
     `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
     keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
+    `routing_impl` (one of `ROUTING_IMPLS`) picks how routers compute, never what they compute.
     """
 
     vocab_size: int
@@ -57,6 +61,7 @@ class ModelConfig:
     norm_eps: float = 1e-6
     max_seq_len: int = 2048
     init_std: float = 0.02
+    routing_impl: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -82,6 +87,8 @@ class ModelConfig:
         for name in ("tie_embeddings", "qk_norm", "attention_bias"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"ModelConfig.{name} must be True or False, got {getattr(self, name)!r}")
+        if self.routing_impl not in ROUTING_IMPLS:
+            raise ConfigError(f"ModelConfig.routing_impl must be one of {list(ROUTING_IMPLS)}, got {self.routing_impl!r}")
         self._validate_residual()
 
     def _validate_residual(self) -> None:
@@ -148,6 +155,17 @@ class ModelConfig:
         if unknown:
             raise ConfigError(f"ModelConfig: unknown field(s) {unknown}; allowed fields: {sorted(known)}")
         return cls(**values)
+
+
+def variant_name(fields: dict) -> str:
+    """Display name of a residual variant from ModelConfig fields (residual, num_blocks,
+    exact_conversion), e.g. "block_attnres (N=4)" or "delta_block (N=2) [gate]"."""
+    name = fields["residual"]
+    if fields.get("num_blocks"):
+        name += f" (N={fields['num_blocks']})"
+    if fields.get("exact_conversion"):
+        name += f" [{fields['exact_conversion']}]"
+    return name
 
 
 def _require_positive_int(name: str, value: object) -> None:

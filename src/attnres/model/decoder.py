@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from attnres.model.config import ModelConfig
 from attnres.model.layers import DecoderLayer, RotaryEmbedding
@@ -32,7 +33,12 @@ class AttnResLM(nn.Module):
     sub-layer's input and records its output. Sub-layer parameter names do not depend on the
     variant, so a `standard` state dict loads into any variant with `strict=False`, leaving only
     `residual.routers.*` missing.
+
+    `activation_checkpointing = True` recomputes each sub-layer's activations in backward (while
+    training); routing keeps only per-token scalars anyway, so only the sub-layers are wrapped.
     """
+
+    activation_checkpointing: bool = False
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -79,11 +85,17 @@ class AttnResLM(nn.Module):
         for i, layer in enumerate(self.layers):
             s = 2 * i
             h = self.residual.sublayer_input(s, state)
-            self.residual.after(s, state, layer.attention_delta(h, rope, cache, i))
-            self.residual.after(s + 1, state, layer.mlp_delta(self.residual.sublayer_input(s + 1, state)))
+            self.residual.after(s, state, self._sublayer(layer.attention_delta, h, rope, cache, i))
+            h = self.residual.sublayer_input(s + 1, state)
+            self.residual.after(s + 1, state, self._sublayer(layer.mlp_delta, h))
         logits = self.lm_head(self.norm(self.residual.finish(state)))
         loss = None if labels is None else next_token_loss(logits, labels)
         return CausalLMOutput(logits=logits, loss=loss, routing=state.routing, cache=cache)
+
+    def _sublayer(self, function, *args):
+        if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+            return checkpoint(function, *args, use_reentrant=False)
+        return function(*args)
 
     def _check_input_ids(self, input_ids: torch.Tensor, past: int) -> None:
         if input_ids.dim() != 2:

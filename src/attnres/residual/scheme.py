@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from attnres.residual.policy import SourcePolicy
-from attnres.routing import Router
+from attnres.routing import IMPLS, Router, inv_rms, resolve_impl, route_fast
+from attnres.routing.lean import autocast_off
 
 RoutingMode = Literal["none", "replace", "add"]
 
@@ -22,12 +23,19 @@ class StreamState:
     sources: snapshots of completed sources, [e, block 1, block 2, ...], each (B, T, D).
     partial: sum of the current block's outputs so far; None at a block start.
     routing: the weights of each router called so far, when recording.
+    impl:    the routing implementation for this pass ("reference", "lean" or "triton").
+    inv_rms: fast paths: inv_rms of sources[i] (B, T), each computed once when first needed.
+    phase1:  fast block paths: (first sub-layer, mixed, lse, weights) of the current block's routers
+             over its completed sources, computed once at the block's first sub-layer.
     """
 
     stream: torch.Tensor | None
     sources: list[torch.Tensor]
     partial: torch.Tensor | None = None
     routing: list[torch.Tensor] | None = None
+    impl: str = "reference"
+    inv_rms: list[torch.Tensor] | None = None
+    phase1: tuple | None = None
 
 
 class ResidualScheme(nn.Module):
@@ -43,7 +51,7 @@ class ResidualScheme(nn.Module):
     """
 
     def __init__(self, num_sublayers: int, mode: RoutingMode, policy: SourcePolicy | None,
-                 hidden_size: int, eps: float, gated: bool = False) -> None:
+                 hidden_size: int, eps: float, gated: bool = False, impl: str = "auto") -> None:
         super().__init__()
         if mode not in ("none", "replace", "add"):
             raise ValueError(f"mode must be one of ['none', 'replace', 'add'], got {mode!r}")
@@ -51,7 +59,11 @@ class ResidualScheme(nn.Module):
             raise ValueError("a source policy is required exactly when mode is not 'none'")
         if gated and mode != "add":
             raise ValueError("a gate only applies to additive routing (mode='add')")
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {list(IMPLS)}, got {impl!r}")
         self.num_sublayers = num_sublayers
+        self.eps = eps
+        self.impl = impl
         self.mode = mode
         self.policy = policy
         num_routers = 0 if mode == "none" else num_sublayers + (mode == "replace")
@@ -62,16 +74,20 @@ class ResidualScheme(nn.Module):
         return StreamState(
             stream=None if self.mode == "replace" else embedding,
             sources=[] if self.mode == "none" else [embedding],
-            routing=[] if record_routing and self.mode != "none" else None)
+            routing=[] if record_routing and self.mode != "none" else None,
+            impl=resolve_impl(self.impl, embedding.device), inv_rms=[])
 
     def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
         """h_s (B, T, D): what sub-layer s normalises and transforms."""
         if self.mode == "none":
             return state.stream
-        sources = state.sources
-        if state.partial is not None and self.policy.partial_source:
-            sources = sources + [state.partial]
-        routed = self._route(self.routers[s], sources, state)
+        if state.impl != "reference" and self.policy.block_size > 1:
+            routed = self._route_two_phase(s, state)
+        else:
+            sources = state.sources
+            if state.partial is not None and self.policy.partial_source:
+                sources = sources + [state.partial]
+            routed = self._route(self.routers[s], sources, state)
         return routed if self.mode == "replace" else state.stream + routed
 
     def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
@@ -103,9 +119,56 @@ class ResidualScheme(nn.Module):
         names = [self.policy.source_names(s) for s in range(self.num_sublayers)]
         return names + ([self.policy.final_source_names()] if self.mode == "replace" else [])
 
-    @staticmethod
-    def _route(router: Router, sources: list[torch.Tensor], state: StreamState) -> torch.Tensor:
-        mixed, weights = router(sources)
+    def _route(self, router: Router, sources: list[torch.Tensor], state: StreamState) -> torch.Tensor:
+        """One router over `sources` (B, T, D) each -> (B, T, D); fast paths reuse cached inv_rms."""
+        inv = None
+        if state.impl != "reference":
+            inv = self._completed_inv_rms(state)
+            inv = inv + [inv_rms(v, self.eps) for v in sources[len(inv):]]  # the partial, if any
+        mixed, weights = router(sources, impl=state.impl, inv=inv)
         if state.routing is not None:
             state.routing.append(weights)
         return mixed
+
+    def _route_two_phase(self, s: int, state: StreamState) -> torch.Tensor:
+        """METHOD §5: phase 1 routes all of a block's routers over its completed sources in one call
+        at the block's first sub-layer; phase 2 merges each router's result with the current
+        partial sum by online softmax (Delta Block without a partial source needs phase 1 only)."""
+        size = self.policy.block_size
+        first = s - s % size
+        if state.phase1 is None or state.phase1[0] != first:
+            routers = self.routers[first:min(first + size, self.num_sublayers)]
+            queries = torch.stack([router.effective_query() for router in routers])
+            state.phase1 = (first, *route_fast(queries, state.sources, self._completed_inv_rms(state), state.impl))
+        _, mixed_all, lse_all, weights_all = state.phase1
+        router = self.routers[s]
+        mixed, lse, weights = mixed_all[s - first], lse_all[s - first], weights_all[s - first]
+        if state.partial is not None and self.policy.partial_source:
+            mixed, weights = self._merge_partial(router, mixed, lse, weights, state.partial,
+                                                 record=state.routing is not None)
+        if state.routing is not None:
+            state.routing.append(weights)
+        return router.apply_gate(mixed)
+
+    def _merge_partial(self, router: Router, mixed: torch.Tensor, lse: torch.Tensor, weights: torch.Tensor,
+                       partial: torch.Tensor, record: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Online-softmax merge of phase 1 (mixed (B, T, D), lse (B, T), weights (B, T, n)) with the
+        partial source (B, T, D) as one more key. Returns (mixed, weights (B, T, n + 1) or None)."""
+        width = partial.shape[-1]
+        with autocast_off(partial.device):  # fp32 logits, like the reference
+            query = router.effective_query().to(lse.dtype)
+            logit = (partial.reshape(-1, width).to(lse.dtype) @ query).reshape(lse.shape)
+            logit = logit * inv_rms(partial, self.eps)
+            total = torch.logaddexp(lse, logit)
+            keep, take = torch.exp(lse - total), torch.exp(logit - total)
+            merged = keep.unsqueeze(-1) * mixed + take.unsqueeze(-1) * partial
+        merged = merged.to(torch.promote_types(mixed.dtype, partial.dtype))
+        if not record:
+            return merged, None
+        return merged, torch.cat([weights * keep.unsqueeze(-1), take.unsqueeze(-1)], dim=-1)
+
+    def _completed_inv_rms(self, state: StreamState) -> list[torch.Tensor]:
+        """inv_rms of every completed source (B, T) each, computing only the new ones."""
+        for source in state.sources[len(state.inv_rms):]:
+            state.inv_rms.append(inv_rms(source, self.eps))
+        return state.inv_rms

@@ -36,4 +36,5 @@ def build_residual(config: "ModelConfig") -> ResidualScheme:
         mode, policy = "add", SourcePolicy.blocks(n, config.num_blocks, partial_source=partial, symbol="D")
     else:  # ModelConfig validates residual; this guards a new name added there but not here.
         raise ValueError(f"no residual scheme for residual={config.residual!r}")
-    return ResidualScheme(n, mode, policy, config.hidden_size, config.norm_eps, gated=gated)
+    return ResidualScheme(n, mode, policy, config.hidden_size, config.norm_eps, gated=gated,
+                          impl=config.routing_impl)

@@ -8,7 +8,9 @@ import torch
 from torch import nn
 
 from attnres.norm import RMSNorm
+from attnres.routing.lean import inv_rms
 from attnres.routing.reference import route_reference
+from attnres.routing.route import resolve_impl, route_fast
 
 
 class Router(nn.Module):
@@ -32,9 +34,26 @@ class Router(nn.Module):
         if self.gate is not None:
             nn.init.zeros_(self.gate)
 
-    def forward(self, sources: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """sources: n tensors (B, T, D) -> (gate * sum_i alpha_i V_i (B, T, D), alpha (B, T, n) fp32)."""
-        mixed, weights = route_reference(self.query, self.key_norm.weight, sources, self.key_norm.eps)
-        if self.gate is not None:
-            mixed = self.gate.to(mixed.dtype) * mixed
-        return mixed, weights
+    def effective_query(self) -> torch.Tensor:
+        """w * g (D,): query . RMSNorm_g(v) = inv_rms(v) * (w * g) . v, what the fast paths use."""
+        return self.query * self.key_norm.weight
+
+    def forward(self, sources: Sequence[torch.Tensor], impl: str = "reference",
+                inv: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """sources: n tensors (B, T, D) -> (gate * sum_i alpha_i V_i (B, T, D), alpha (B, T, n) fp32).
+
+        impl: "reference", "lean", "triton" or "auto" (see `resolve_impl`); inv: each source's
+        `inv_rms` (B, T) when the caller has them cached (fast paths only), else computed here.
+        """
+        impl = resolve_impl(impl, sources[0].device)
+        if impl == "reference":
+            mixed, weights = route_reference(self.query, self.key_norm.weight, sources, self.key_norm.eps)
+        else:
+            inv = [inv_rms(v, self.key_norm.eps) for v in sources] if inv is None else inv
+            mixed, _, weights = route_fast(self.effective_query()[None], list(sources), list(inv), impl)
+            mixed, weights = mixed[0], weights[0]
+        return self.apply_gate(mixed), weights
+
+    def apply_gate(self, mixed: torch.Tensor) -> torch.Tensor:
+        """gate * mixed when gated, else mixed unchanged."""
+        return mixed if self.gate is None else self.gate.to(mixed.dtype) * mixed

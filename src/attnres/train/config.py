@@ -21,7 +21,10 @@ class TrainConfig:
     min_lr over the last `decay_fraction` of steps) or "constant" (warm-up, then lr).
     routing_lr_mult scales the learning rate of router queries, key gains and gates.
     precision "bf16" = fp32 master weights with bf16 autocast; "fp32" = no autocast.
-    eval_batches=None evaluates on the whole validation split.
+    eval_batches=None evaluates on the whole validation split. diagnostics_every=N logs routing
+    statistics (max weight, entropy, effective sources by router; hidden RMS and gradient RMS by
+    depth) on `diagnostics_batches` held-out batches every N steps (None: never). activation_checkpointing recomputes
+    each sub-layer in backward (less memory, about one more forward of compute).
     query_init "normal" re-draws router queries from N(0, 0.02) at the start of a run (what public
     research code does by accident; both papers initialise them to zero, the default).
     """
@@ -43,10 +46,13 @@ class TrainConfig:
     query_init: str = "zero"
     precision: str = "bf16"
     compile: bool = False
+    activation_checkpointing: bool = False
     seed: int = 0
     eval_every: int = 100
     eval_batches: int | None = 8
     log_every: int = 10
+    diagnostics_every: int | None = None
+    diagnostics_batches: int = 2
     checkpoint_every: int = 500
     keep_checkpoints: int = 2
     progress: bool = True
@@ -60,6 +66,9 @@ class TrainConfig:
             raise TrainConfigError(f"TrainConfig.warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
         if self.eval_batches is not None:
             _positive_int("eval_batches", self.eval_batches)
+        if self.diagnostics_every is not None:
+            _positive_int("diagnostics_every", self.diagnostics_every)
+        _positive_int("diagnostics_batches", self.diagnostics_batches)
         for name in ("lr", "routing_lr_mult"):
             _positive_number(name, getattr(self, name))
         if not _is_number(self.min_lr) or not 0 <= self.min_lr <= self.lr:
@@ -80,7 +89,7 @@ class TrainConfig:
             raise TrainConfigError(f"TrainConfig.query_init must be one of {list(QUERY_INITS)}, got {self.query_init!r}")
         if self.precision not in PRECISIONS:
             raise TrainConfigError(f"TrainConfig.precision must be one of {list(PRECISIONS)}, got {self.precision!r}")
-        for name in ("compile", "progress", "tensorboard"):
+        for name in ("compile", "activation_checkpointing", "progress", "tensorboard"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainConfigError(f"TrainConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:

@@ -3,14 +3,61 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from attnres.data import eval_batches, prepare_data
-from attnres.train.checkpoint import read_checkpoint, restore_model
+from attnres.data import PreparedData, eval_batches, prepare_data
+from attnres.model import AttnResLM
+from attnres.train.checkpoint import Checkpoint, CheckpointError, latest_checkpoint, read_checkpoint, restore_model
 from attnres.train.loop import build_model, evaluate
 from attnres.train.run_config import RunConfig
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A verified checkpoint with its run config, its run's prepared data and the restored model."""
+
+    checkpoint: Checkpoint
+    run: RunConfig
+    data: PreparedData
+    model: AttnResLM
+
+
+def resolve_checkpoint(path: str | Path) -> Path:
+    """A checkpoint directory as given, or a run directory's latest checkpoint (`<run>/checkpoints/step_N`).
+
+    Raises CheckpointError for a path that does not exist and for a run directory without checkpoints.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"{path} does not exist (expected a checkpoint directory runs/X/checkpoints/step_N "
+                              f"or a run directory)")
+    if (path / "checkpoints").is_dir():  # a run directory: take its latest checkpoint
+        latest = latest_checkpoint(path / "checkpoints")
+        if latest is None:
+            raise CheckpointError(f"run directory {path} has no complete checkpoint under {path / 'checkpoints'}")
+        return latest.path
+    return path
+
+
+def load_checkpoint(path: str | Path, device: str = "cpu") -> LoadedCheckpoint:
+    """Read and verify checkpoint `path`, prepare its run's data (cached) and restore its model on `device`."""
+    checkpoint = read_checkpoint(Path(path))
+    run = RunConfig.from_dict(checkpoint.run_config)
+    data = prepare_data(run.data)
+    model = build_model(run, data.tokenizer.vocab_size, torch.device(device))
+    restore_model(checkpoint, model)
+    return LoadedCheckpoint(checkpoint, run, data, model)
+
+
+def held_out_batches(loaded: LoadedCheckpoint, max_batches: int | None = None,
+                     device: str = "cpu") -> list[torch.Tensor]:
+    """The run's fixed validation batches on `device`; max_batches=None uses train.eval_batches."""
+    run = loaded.run
+    return [b.to(device) for b in eval_batches(loaded.data.val_tokens, run.train.seq_len, run.train.batch_size,
+                                               max_batches or run.train.eval_batches)]
 
 
 def evaluate_checkpoint(path: str | Path, max_batches: int | None = None, device: str = "cpu") -> dict:
@@ -19,14 +66,14 @@ def evaluate_checkpoint(path: str | Path, max_batches: int | None = None, device
     max_batches=None uses the run's train.eval_batches setting. Returns {"checkpoint", "step",
     "val_loss", "val_ppl", "val_tokens"}.
     """
-    checkpoint = read_checkpoint(Path(path))
-    run = RunConfig.from_dict(checkpoint.run_config)
-    data = prepare_data(run.data)
-    model = build_model(run, data.tokenizer.vocab_size, torch.device(device))
-    restore_model(checkpoint, model)
-    batches = [b.to(device) for b in eval_batches(data.val_tokens, run.train.seq_len, run.train.batch_size,
-                                                  max_batches or run.train.eval_batches)]
-    loss = evaluate(model, batches, run.train.precision)
+    loaded = load_checkpoint(path, device)
+    batches = held_out_batches(loaded, max_batches, device)
+    return {"checkpoint": str(loaded.checkpoint.path), "step": loaded.checkpoint.step,
+            **validation_loss(loaded, batches)}
+
+
+def validation_loss(loaded: LoadedCheckpoint, batches: list[torch.Tensor]) -> dict:
+    """{"val_loss", "val_ppl", "val_tokens"} of the loaded model on `batches` (the run's precision)."""
+    loss = evaluate(loaded.model, batches, loaded.run.train.precision)
     tokens = sum(b.shape[0] * (b.shape[1] - 1) for b in batches)
-    return {"checkpoint": str(checkpoint.path), "step": checkpoint.step, "val_loss": loss,
-            "val_ppl": math.exp(min(loss, 50.0)), "val_tokens": tokens}
+    return {"val_loss": loss, "val_ppl": math.exp(min(loss, 50.0)), "val_tokens": tokens}

@@ -15,6 +15,7 @@ from attnres.model import AttnResLM
 from attnres.train.checkpoint import (CheckpointError, checkpoint_dirs, latest_checkpoint, restore_model,
                                       restore_training, save_checkpoint)
 from attnres.train.config import TrainConfig
+from attnres.train.diagnostics import routing_diagnostics
 from attnres.train.metrics import MetricsLogger
 from attnres.train.optim import build_optimizer
 from attnres.train.init import draw_normal_queries, load_initial_weights
@@ -62,7 +63,9 @@ def evaluate(model: AttnResLM, batches: list[torch.Tensor], precision: str) -> f
 def build_model(run: RunConfig, vocab_size: int, device: torch.device) -> AttnResLM:
     """The run's model, initialised from the run's seed."""
     torch.manual_seed(run.train.seed)
-    return AttnResLM(run.build_model_config(vocab_size)).to(device)
+    model = AttnResLM(run.build_model_config(vocab_size)).to(device)
+    model.activation_checkpointing = run.train.activation_checkpointing
+    return model
 
 
 def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print) -> TrainResult:
@@ -140,7 +143,9 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
             if step % cfg.eval_every == 0 or step == cfg.steps:
                 val_loss = evaluate(model, val_batches, cfg.precision)
                 record.update(val_loss=val_loss, val_ppl=math.exp(min(val_loss, 50.0)))
-            if step % cfg.log_every == 0 or step == 1 or "val_loss" in record:
+            if cfg.diagnostics_every is not None and (step % cfg.diagnostics_every == 0 or step == cfg.steps):
+                record.update(routing_diagnostics(model, val_batches[:cfg.diagnostics_batches]))
+            if step % cfg.log_every == 0 or step == 1 or "val_loss" in record or "diag/hidden_rms" in record:
                 metrics.log(record)
             progress.update(1)
             progress.set_postfix(loss=f"{loss_sum:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")

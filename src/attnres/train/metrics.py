@@ -28,13 +28,19 @@ class MetricsLogger:
             self._writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"), purge_step=resume_step)
 
     def log(self, record: dict) -> None:
-        """Write one record; numbers also go to TensorBoard under their key."""
+        """Write one record; numbers also go to TensorBoard under their key, and a list of numbers
+        (a statistic by depth) as one scalar per index, `key/00`, `key/01`, ..."""
         with open(self.path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
-        if self._writer is not None:
-            for key, value in record.items():
-                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
-                    self._writer.add_scalar(key, value, record["step"])
+        if self._writer is None:
+            return
+        for key, value in record.items():
+            if key == "step":
+                continue
+            values = enumerate(value) if isinstance(value, list) else [(None, value)]
+            for index, number in values:
+                if isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number):
+                    self._writer.add_scalar(key if index is None else f"{key}/{index:02d}", number, record["step"])
 
     def close(self) -> None:
         if self._writer is not None:

@@ -1,0 +1,182 @@
+"""`attnres analyze`: depth statistics of saved checkpoints on their runs' held-out batches, and a report.
+
+Each checkpoint (a `runs/X/checkpoints/step_N` directory, or a run directory, meaning its latest
+checkpoint) is loaded the way `attnres eval` loads it (`attnres.train.evaluate`): its run config,
+its run's data and tokenizer (from the data cache), its weights. On the first `max_batches` fixed
+validation batches it measures:
+
+- validation loss (the run's precision, as `attnres eval`),
+- `collect_depth_stats`: mean routing weight per router and source, max weight, entropy, effective
+  sources, hidden-state RMS by depth (fp32),
+- `collect_source_cosines`: per router, the token-mean cosine matrix of its sources,
+- `collect_grad_norms`: RMS of dLoss/d(sub-layer output) by depth.
+
+`write_analysis_report` (in `analyze_report`) turns the results into figures, summary.md,
+index.html and analysis.json.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from attnres.analysis.depth_stats import DepthStats, collect_depth_stats
+from attnres.analysis.grad_norms import collect_grad_norms
+from attnres.analysis.redundancy import collect_source_cosines
+from attnres.analysis.sharpness import summarize_max_weights
+from attnres.model.config import variant_name
+
+DEFAULT_MAX_BATCHES = 4
+
+
+@dataclass
+class CheckpointAnalysis:
+    """The measurements of one checkpoint; `to_dict()` is JSON-safe (lists, numbers, strings, None).
+
+    depth_stats: `DepthStats` as a dict. source_cosines: per router (model.routers order), the
+    n_r x n_r cosine matrix of its sources, rows and columns in `depth_stats["source_names"][r]`
+    order. grad_norms: 2L values, sub-layer 0 .. 2L-1. summary: `summarize_checkpoint`.
+    """
+
+    label: str
+    checkpoint: str
+    step: int
+    variant: str
+    residual: str
+    num_blocks: int | None
+    num_layers: int
+    hidden_size: int
+    num_parameters: int
+    num_batches: int
+    num_tokens: int
+    val_loss: float
+    val_ppl: float
+    val_tokens: int
+    depth_stats: dict
+    source_cosines: list[list[list[float]]]
+    grad_norms: list[float]
+    summary: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def summarize_checkpoint(stats: DepthStats, grad_norms: list[float]) -> dict:
+    """Scalar summaries: max_weight and max_weight_deep (`summarize_max_weights`: all multi-source
+    routers, and the deepest third of them), mean_entropy (nats), mean_normalized_entropy (entropy /
+    ln n, 1 = uniform) and mean_effective_sources, each over the routers with two or more sources
+    (None when there are none, as for `standard`), and mean_grad_norm over sub-layers."""
+    multi = [r for r, names in enumerate(stats.source_names) if len(names) >= 2]
+    out = dict(summarize_max_weights(stats.max_weight))
+    out["num_routers"] = len(stats.source_names)
+    out["num_multi_source_routers"] = len(multi)
+    out["mean_entropy"] = _mean([stats.entropy[r] for r in multi]) if stats.entropy else None
+    out["mean_normalized_entropy"] = (_mean([stats.entropy[r] / math.log(len(stats.source_names[r])) for r in multi])
+                                      if stats.entropy else None)
+    out["mean_effective_sources"] = (_mean([stats.effective_sources[r] for r in multi])
+                                     if stats.effective_sources else None)
+    out["mean_grad_norm"] = _mean(grad_norms)
+    return out
+
+
+def _check_checkpoint_dir(path: Path) -> None:
+    """A clearer error than "state.json is missing" for a Hugging Face-format directory."""
+    from attnres.train import CheckpointError
+
+    if path.is_dir() and not (path / "state.json").exists() and (path / "config.json").is_file():
+        raise CheckpointError(f"{path} is a Hugging Face-format directory without a training state.json; "
+                              "analyze needs a training checkpoint (its run config names the held-out data). "
+                              "Fine-tune or train from it with `attnres finetune`/`attnres train`, then analyze "
+                              "that run")
+
+
+def analyze_checkpoint(path: str | Path, label: str | None = None, max_batches: int = DEFAULT_MAX_BATCHES,
+                       device: str = "cpu") -> CheckpointAnalysis:
+    """Load checkpoint `path` (or a run directory's latest) and measure it on `max_batches` held-out batches."""
+    from attnres.train.evaluate import held_out_batches, load_checkpoint, resolve_checkpoint, validation_loss
+
+    resolved = resolve_checkpoint(path)
+    _check_checkpoint_dir(resolved)
+    loaded = load_checkpoint(resolved, device)
+    model = loaded.model
+    batches = held_out_batches(loaded, max_batches, device)
+    loss = validation_loss(loaded, batches)
+    stats = collect_depth_stats(model, batches)
+    cosines = [m.tolist() for m in collect_source_cosines(model, batches)]
+    grads = collect_grad_norms(model, batches)
+    config = model.config.to_dict()
+    result = CheckpointAnalysis(
+        label=label or f"{variant_name(config)} step {loaded.checkpoint.step}",
+        checkpoint=str(loaded.checkpoint.path), step=loaded.checkpoint.step, variant=variant_name(config),
+        residual=config["residual"], num_blocks=config.get("num_blocks"), num_layers=config["num_layers"],
+        hidden_size=config["hidden_size"], num_parameters=sum(p.numel() for p in model.parameters()),
+        num_batches=len(batches), num_tokens=stats.num_tokens, depth_stats=stats.to_dict(),
+        source_cosines=cosines, grad_norms=grads, summary=summarize_checkpoint(stats, grads), **loss)
+    del loaded, model, batches
+    gc.collect()
+    return result
+
+
+def _unique_labels(results: list[CheckpointAnalysis]) -> None:
+    """Default labels that collide (same variant and step) get the run directory's name, then a number."""
+    labels = [r.label for r in results]
+    for r in results:
+        if labels.count(r.label) > 1:
+            r.label = f"{r.label} [{Path(r.checkpoint).parent.parent.name}]"
+    seen: dict[str, int] = {}
+    for r in results:
+        seen[r.label] = seen.get(r.label, 0) + 1
+        if seen[r.label] > 1:
+            r.label = f"{r.label} #{seen[r.label]}"
+
+
+def analyze(checkpoints: list[str | Path], out_dir: str | Path, labels: list[str] | None = None,
+            max_batches: int = DEFAULT_MAX_BATCHES, device: str = "cpu", command: str = "",
+            log=print) -> dict:
+    """Analyze every checkpoint and write the report into `out_dir`; returns the analysis.json content.
+
+    labels: one display name per checkpoint (default: variant and step). Raises ValueError for bad
+    arguments (label count, duplicate labels, max_batches < 1) before anything is loaded, and
+    CheckpointError for a missing or corrupt checkpoint.
+    """
+    from attnres.analysis.analyze_report import write_analysis_report
+
+    if not checkpoints:
+        raise ValueError("analyze needs at least one checkpoint")
+    if not isinstance(max_batches, int) or max_batches < 1:
+        raise ValueError(f"max_batches must be a positive integer, got {max_batches!r}")
+    if labels is not None:
+        if len(labels) != len(checkpoints):
+            raise ValueError(f"--labels gives {len(labels)} label(s) for {len(checkpoints)} checkpoint(s); "
+                             "give one per checkpoint")
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"--labels must be distinct, got {labels}")
+        if any(not str(label).strip() for label in labels):
+            raise ValueError("--labels must not be empty strings")
+    results = []
+    for i, path in enumerate(checkpoints):
+        log(f"[{i + 1}/{len(checkpoints)}] analyzing {path} ...")
+        results.append(analyze_checkpoint(path, labels[i] if labels else None, max_batches, device))
+        r = results[-1]
+        deep = r.summary["max_weight_deep"]
+        log(f"    {r.label}: val loss {r.val_loss:.4f} on {r.val_tokens} tokens, max weight (deepest third) "
+            f"{'-' if deep is None else f'{deep:.3f}'}")
+    if labels is None:
+        _unique_labels(results)
+    analysis = {"command": command, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "settings": {"max_batches": max_batches, "device": device},
+                "checkpoints": [r.to_dict() for r in results]}
+    return write_analysis_report(analysis, Path(out_dir))
+
+
+def slug(text: str) -> str:
+    """File-name-safe form of a label, e.g. "block_attnres (N=2) step 12" -> "block_attnres-n-2-step-12"."""
+    return re.sub(r"[^a-z0-9_]+", "-", text.lower()).strip("-") or "checkpoint"

@@ -1,0 +1,184 @@
+"""The `attnres analyze` report: figures/*.png, summary.md, index.html and analysis.json.
+
+Rendered with the comparison report's block renderer (`attnres.compare.report`), so Markdown and
+HTML carry the same content; every number they show is in analysis.json.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnres.analysis.analyze import slug
+from attnres.compare.report import _dumps, _jsonable, _num, _render_html, _render_markdown, _write_atomic
+
+SUMMARY_HEADER = ["checkpoint", "variant", "step", "val loss", "perplexity", "max weight (all)",
+                  "max weight (deepest third)", "mean entropy (nats)", "entropy / ln n", "effective sources",
+                  "mean grad RMS"]
+FILES_HEADER = ["checkpoint", "path", "layers x width", "parameters", "batches", "tokens"]
+
+
+def cosine_routers(source_names: list[list[str]]) -> list[int]:
+    """The routers whose source cosines are drawn: the middle sub-layer's, the deepest attention and
+    MLP routers, and the final router where there is one; those with two or more sources only."""
+    count = len(source_names)
+    sublayers = count - count % 2  # an odd count ends with the final router
+    if not sublayers:
+        return []
+    chosen = [sublayers // 2, sublayers - 2, sublayers - 1] + ([count - 1] if count % 2 else [])
+    return sorted({r for r in chosen if 0 <= r < count and len(source_names[r]) >= 2})
+
+
+def _router_name(r: int, count: int) -> str:
+    if count % 2 and r == count - 1:
+        return f"router {r} (final)"
+    return f"router {r} ({'attention' if r % 2 == 0 else 'MLP'})"
+
+
+def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dict[str, dict], list[str]]:
+    """Draw every figure. Returns the shared figures [(rel path, alt, caption)], per-label figures
+    {label: {"routing": (...), "cosines": (...)}} and notes on what was skipped."""
+    from attnres.analysis import analyze_plots, plots  # matplotlib only when a report is written
+
+    fig_dir = out_dir / "figures"
+    stats = {e["label"]: e["depth_stats"] for e in entries}
+    routed = [e for e in entries if e["depth_stats"]["source_names"]]
+    notes = [f"{e['label']} ({e['residual']}) has no routers: it appears in the hidden-RMS and gradient figures "
+             "only; routing heatmaps, cosine matrices, max weight and entropy skip it." for e in entries
+             if not e["depth_stats"]["source_names"]]
+    shared = []
+
+    def single_source_none(values, names):
+        return [None if len(n) < 2 else v for v, n in zip(values, names)]
+
+    plots.plot_max_weight_by_depth({e["label"]: stats[e["label"]]["max_weight"] for e in routed},
+                                   fig_dir / "max_weight_by_depth.png", "Routing sharpness by depth")
+    shared.append(("figures/max_weight_by_depth.png", "max routing weight by depth",
+                   "Token-mean of each router's largest weight, one line per checkpoint: 1/n means uniform over n "
+                   "sources, 1 means one source takes everything. Single-source routers are left out; the "
+                   "last tick of a replacement variant is its final router."))
+    analyze_plots.plot_entropy_by_depth(
+        {e["label"]: single_source_none(stats[e["label"]]["entropy"], stats[e["label"]]["source_names"])
+         for e in routed},
+        {e["label"]: single_source_none(stats[e["label"]]["effective_sources"], stats[e["label"]]["source_names"])
+         for e in routed},
+        fig_dir / "entropy_by_depth.png", "Routing entropy and effective sources by depth")
+    shared.append(("figures/entropy_by_depth.png", "routing entropy and effective number of sources by depth",
+                   "Left: token-mean entropy of each router's weights in nats (0 = one source, ln n = uniform). "
+                   "Right: token-mean effective number of sources exp(H) (1 .. n). Single-source routers are "
+                   "left out."))
+    plots.plot_hidden_rms_by_depth({e["label"]: stats[e["label"]]["hidden_rms"] for e in entries},
+                                   fig_dir / "hidden_rms_by_depth.png", "Hidden-state RMS by depth")
+    shared.append(("figures/hidden_rms_by_depth.png", "hidden-state RMS by depth",
+                   "RMS of each sub-layer's input h_s and of the final hidden state, one line per checkpoint; a "
+                   "steady rise with depth is the growth that dilutes deep layers' contributions."))
+    analyze_plots.plot_grad_norms_by_depth({e["label"]: e["grad_norms"] for e in entries},
+                                           fig_dir / "grad_norm_by_depth.png", "Gradient scale by depth")
+    shared.append(("figures/grad_norm_by_depth.png", "gradient RMS by depth",
+                   "RMS of the gradient of the summed next-token loss with respect to each sub-layer's output "
+                   "(one token's loss terms; even: attention, odd: MLP), one line per checkpoint."))
+
+    per_label: dict[str, dict] = {}
+    used: set[str] = set()
+    for e in routed:
+        name = slug(e["label"])
+        while name in used:
+            name += "-x"
+        used.add(name)
+        names = e["depth_stats"]["source_names"]
+        rel = f"figures/routing_{name}.png"
+        analyze_plots.plot_routing_heatmap_split(names, e["depth_stats"]["mean_weights"], out_dir / rel,
+                                                 f"Routing weights: {e['label']}")
+        figures = {"routing": (rel, f"routing weights of {e['label']}",
+                               f"{e['label']}: mean weight each router (row) gives each source (column), "
+                               "attention routers (even sub-layers) left, MLP routers (odd sub-layers) right with "
+                               "the final router, where the variant has one, as the last row. Blank cells are "
+                               "sources the router cannot see; e is the embedding, d/b/D completed "
+                               "sub-layers/blocks, p the current block's partial sum.")}
+        chosen = cosine_routers(names)
+        e["cosine_routers"] = chosen
+        if chosen:
+            rel = f"figures/cosines_{name}.png"
+            analyze_plots.plot_cosine_matrices(
+                {_router_name(r, len(names)): (names[r], e["source_cosines"][r]) for r in chosen},
+                out_dir / rel, f"Source cosine similarity: {e['label']}")
+            figures["cosines"] = (rel, f"source cosine similarity of {e['label']}",
+                                  f"{e['label']}: token-mean cosine similarity between the sources of "
+                                  f"{', '.join(_router_name(r, len(names)) for r in chosen)}. Near 1: the "
+                                  "router chooses between nearly identical directions. All routers' matrices "
+                                  "are in analysis.json.")
+        else:
+            notes.append(f"{e['label']}: no router with two or more sources, so no cosine matrices.")
+        per_label[e["label"]] = figures
+    return shared, per_label, notes
+
+
+def summary_row(entry: dict) -> list[str]:
+    """One row of the summary table, as summary.md and index.html print it."""
+    s = entry["summary"]
+    return [entry["label"], entry["variant"], str(entry["step"]), _num(entry["val_loss"], ".4f"),
+            _num(entry["val_ppl"], ".2f"), _num(s["max_weight"], ".3f"), _num(s["max_weight_deep"], ".3f"),
+            _num(s["mean_entropy"], ".3f"), _num(s["mean_normalized_entropy"], ".3f"),
+            _num(s["mean_effective_sources"], ".2f"), _num(s["mean_grad_norm"], ".3g")]
+
+
+def _document(analysis: dict, shared: list[tuple], per_label: dict[str, dict], notes: list[str]) -> list[tuple]:
+    entries = analysis["checkpoints"]
+    settings = analysis["settings"]
+    blocks = [("h1", "attnres analysis: " + ", ".join(e["label"] for e in entries)),
+              ("p", f"Created {analysis.get('created', '-')}; {len(entries)} checkpoint(s), each measured on the "
+                    f"first {settings['max_batches']} batch(es) of its run's held-out validation split "
+                    f"(device {settings['device']}).")]
+    if analysis.get("command"):
+        blocks.append(("code", analysis["command"]))
+    blocks += [("h2", "Summary"),
+               ("table", SUMMARY_HEADER, [summary_row(e) for e in entries], True),
+               ("p", "Validation loss in nats/token on the analysed batches (the run's precision, as `attnres eval`); "
+                     "perplexity = exp(loss). Max weight: token-mean of each router's largest routing weight, "
+                     "averaged over all multi-source routers and over the deepest third of them. Entropy and "
+                     "effective sources exp(H) are token means averaged over multi-source routers; entropy / ln n "
+                     "is 1 for uniform routing. Grad RMS: mean over sub-layers of the RMS of dLoss/d(sub-layer "
+                     "output). '-' where a checkpoint has no routers."),
+               ("table", FILES_HEADER,
+                [[e["label"], e["checkpoint"], f"{e['num_layers']} x {e['hidden_size']}", f"{e['num_parameters']:,}",
+                  str(e["num_batches"]), f"{e['num_tokens']:,}"] for e in entries], False),
+               ("h2", "Depth profiles")]
+    blocks += [("figure", *figure) for figure in shared]
+    if per_label:
+        blocks.append(("h2", "Routing heatmaps"))
+        blocks += [("figure", *figures["routing"]) for figures in per_label.values()]
+    cosines = [figures["cosines"] for figures in per_label.values() if "cosines" in figures]
+    if cosines:
+        blocks.append(("h2", "Source cosine similarity"))
+        blocks += [("figure", *figure) for figure in cosines]
+    if notes:
+        blocks.append(("h2", "Notes"))
+        blocks += [("p", note) for note in notes]
+    return blocks
+
+
+def write_analysis_report(analysis: dict, out_dir: Path) -> dict:
+    """Write figures/*.png, summary.md, index.html and analysis.json into out_dir; returns analysis.json's content.
+
+    analysis: {"command", "created", "settings": {"max_batches", "device"}, "checkpoints": [
+    `CheckpointAnalysis.to_dict()`, ...]} with distinct labels. analysis.json is the input plus, per
+    checkpoint, "cosine_routers" (drawn routers) and "figures" (relative paths), and top-level
+    "figures" (every figure, in report order) and "notes" (what was skipped and why).
+    """
+    entries = analysis["checkpoints"]
+    labels = [e["label"] for e in entries]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"checkpoint labels must be distinct, got {labels}")
+    out_dir = Path(out_dir)
+    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
+    shared, per_label, notes = _write_figures(entries, out_dir)
+    for e in entries:
+        e.setdefault("cosine_routers", [])
+        e["figures"] = {kind: figure[0] for kind, figure in per_label.get(e["label"], {}).items()}
+    every = ([f[0] for f in shared] + [figures["routing"][0] for figures in per_label.values()]
+             + [figures["cosines"][0] for figures in per_label.values() if "cosines" in figures])
+    full = _jsonable({**analysis, "figures": every, "notes": notes})
+    blocks = _document(analysis, shared, per_label, notes)
+    _write_atomic(out_dir / "analysis.json", _dumps(full) + "\n")
+    _write_atomic(out_dir / "summary.md", _render_markdown(blocks))
+    _write_atomic(out_dir / "index.html", _render_html(blocks))
+    return full

@@ -1,0 +1,237 @@
+"""Whole-model costs of each variant against `standard`: training step, memory, prefill, decode.
+
+All models of one comparison live side by side and are timed interleaved (run_interleaved), so
+every variant sees the same machine conditions as the baseline it is divided by.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Callable
+
+import torch
+
+from attnres.bench.config import BASELINE, BenchConfig
+from attnres.bench.timing import Task, ratio, run_interleaved
+from attnres.model import AttnResLM, KVCache, ModelConfig, valid_num_blocks
+from attnres.model.config import BLOCK_RESIDUALS
+from attnres.train.memory import measure_step_memory
+
+
+def nearest_num_blocks(num_layers: int, requested: int) -> int:
+    """The valid block count for 2 * num_layers sub-layers closest to `requested` (the smaller on ties)."""
+    return min(valid_num_blocks(2 * num_layers), key=lambda n: (abs(n - requested), n))
+
+
+def model_shape(hidden_size: int) -> dict:
+    """Heads of 64 where hidden_size allows (else one head), half as many KV heads, SwiGLU width 3x hidden."""
+    heads = hidden_size // 64 if hidden_size % 64 == 0 else 1
+    kv_heads = heads // 2 if heads % 2 == 0 else heads
+    return {"num_heads": heads, "num_kv_heads": kv_heads, "intermediate_size": 3 * hidden_size}
+
+
+def build_model_config(config: BenchConfig, residual: str, hidden_size: int, num_layers: int,
+                       max_seq_len: int) -> ModelConfig:
+    """The ModelConfig of one benchmarked model (num_blocks only for block variants)."""
+    num_blocks = nearest_num_blocks(num_layers, config.num_blocks) if residual in BLOCK_RESIDUALS else None
+    return ModelConfig(vocab_size=config.vocab_size, hidden_size=hidden_size, num_layers=num_layers,
+                       residual=residual, num_blocks=num_blocks, max_seq_len=max_seq_len,
+                       routing_impl=config.routing_impl, **model_shape(hidden_size))
+
+
+def autocast_dtype(precision: str) -> torch.dtype | None:
+    """bf16 -> torch.bfloat16 (autocast); fp32 -> None (no autocast)."""
+    return torch.bfloat16 if precision == "bf16" else None
+
+
+def device_sync(device: torch.device) -> Callable[[], None] | None:
+    """torch.cuda.synchronize for a CUDA device, else None (CPU work is synchronous)."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return None
+
+
+class VariantRunner:
+    """One model with its AdamW and fixed inputs; the operations the benchmark times.
+
+    batch: (B, T) token ids for training and prefill; decode_ids: (B, K) tokens fed one at a time.
+    """
+
+    def __init__(self, model_config: ModelConfig, device: torch.device, precision: str, batch: torch.Tensor,
+                 decode_ids: torch.Tensor | None, seed: int) -> None:
+        torch.manual_seed(seed)  # every variant starts from the same shared weights
+        self.config = model_config
+        self.model = AttnResLM(model_config).to(device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.batch, self.decode_ids = batch, decode_ids
+        self.dtype = autocast_dtype(precision)
+        self.device = device
+        self._cache: KVCache | None = None
+
+    def _autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def train_step(self) -> None:
+        """Forward with loss, backward, AdamW step on `batch`."""
+        self.optimizer.zero_grad(set_to_none=True)
+        with self._autocast():
+            loss = self.model(self.batch, labels=self.batch).loss
+        loss.backward()
+        self.optimizer.step()
+
+    @torch.no_grad()
+    def prefill(self) -> None:
+        """Forward of the whole prompt `batch` into a fresh KV cache (kept for the next decode)."""
+        cache = KVCache()
+        with self._autocast():
+            self.model(self.batch, cache=cache)
+        self._cache = cache
+
+    def decode_setup(self) -> None:
+        """Untimed: make sure a prefilled cache is ready (reuses the last prefill's cache)."""
+        if self._cache is None:
+            self.prefill()
+
+    @torch.no_grad()
+    def decode(self) -> None:
+        """Generate decode_ids.shape[1] tokens one at a time with the cache (consumes the cache)."""
+        cache, self._cache = self._cache, None
+        with self._autocast():
+            for t in range(self.decode_ids.shape[1]):
+                self.model(self.decode_ids[:, t:t + 1], cache=cache)
+
+    def memory(self) -> dict:
+        """Bytes of one training step: activation_bytes (saved for backward), peak_bytes, parameter_bytes,
+        non_activation_bytes = peak - activation.
+
+        CPU: peak is measure_step_memory's estimate (params + grads + 2 AdamW moments + activations).
+        CUDA: the allocator peak of the step minus what was resident before it (other models
+        included), plus this model's parameters and AdamW state.
+        """
+        self.model.zero_grad(set_to_none=True)
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(self.device)
+            resident = torch.cuda.memory_allocated(self.device)
+        result = measure_step_memory(self.model, self.batch, self.dtype)
+        if cuda:
+            state = sum(t.numel() * t.element_size() for s in self.optimizer.state.values()
+                        for t in s.values() if torch.is_tensor(t))
+            result["peak_bytes"] = int(result["peak_bytes"] - resident + result["parameter_bytes"] + state)
+        result["non_activation_bytes"] = result["peak_bytes"] - result["activation_bytes"]
+        return result
+
+
+def _memory_ratios(memory: dict, base: dict) -> dict:
+    return {"peak_memory": ratio(memory["peak_bytes"], base["peak_bytes"]),
+            "activation_memory": ratio(memory["activation_bytes"], base["activation_bytes"]),
+            "non_activation_memory": ratio(memory["non_activation_bytes"], base["non_activation_bytes"])}
+
+
+def _release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _inputs(config: BenchConfig, seq_len: int, decode_tokens: int, device: torch.device):
+    generator = torch.Generator().manual_seed(config.seed)
+    batch = torch.randint(0, config.vocab_size, (config.batch_size, seq_len), generator=generator)
+    decode = torch.randint(0, config.vocab_size, (config.batch_size, decode_tokens), generator=generator)
+    return batch.to(device), decode.to(device)
+
+
+def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -> dict:
+    """Training step, prefill and decode timings plus step memory for standard and config.variants.
+
+    Returns {"hidden_size", "num_layers", "seq_len", "batch_size", "decode_tokens", "variants": {name: {
+    "model": ModelConfig dict, "parameters", "train_step_s" / "prefill_s" / "decode_per_token_s":
+    {"median_s", "samples_s"}, "train_tokens_per_s", "memory": {... bytes}, "ratios": {train_step,
+    prefill, decode_per_token, peak_memory, activation_memory, non_activation_memory} (to standard;
+    standard's are 1.0)}}}.
+    """
+    device = torch.device(config.device)
+    names = (BASELINE, *config.variants)
+    batch, decode_ids = _inputs(config, config.seq_len, config.decode_tokens, device)
+    max_seq_len = config.seq_len + config.decode_tokens
+    runners = {name: VariantRunner(build_model_config(config, name, config.hidden_size, config.num_layers,
+                                                      max_seq_len), device, config.precision, batch, decode_ids,
+                                   config.seed)
+               for name in names}
+    tasks = [Task(f"{name}/train", runners[name].train_step) for name in names]
+    tasks += [Task(f"{name}/prefill", runners[name].prefill) for name in names]
+    tasks += [Task(f"{name}/decode", runners[name].decode, setup=runners[name].decode_setup,
+                   units=config.decode_tokens) for name in names]
+    log(f"models: {len(names)} variants x {config.num_layers} layers x {config.hidden_size} wide, "
+        f"batch {config.batch_size} x {config.seq_len}, {config.precision} on {device}")
+    timings = run_interleaved(tasks, config.repeats, config.warmup, sync=device_sync(device), log=log,
+                              label="models: ")
+    memory = {}
+    for name in names:
+        log(f"models: step memory of {name}")
+        memory[name] = runners[name].memory()
+    results = {}
+    for name in names:
+        runner = runners[name]
+        train, prefill, decode = (timings[f"{name}/{m}"] for m in ("train", "prefill", "decode"))
+        results[name] = {
+            "model": runner.config.to_dict(),
+            "parameters": sum(p.numel() for p in runner.model.parameters()),
+            "train_step_s": train.to_dict(),
+            "train_tokens_per_s": config.batch_size * config.seq_len / train.median,
+            "prefill_s": prefill.to_dict(),
+            "decode_per_token_s": decode.to_dict(),
+            "memory": memory[name],
+        }
+    base = results[BASELINE]
+    for name, row in results.items():
+        row["ratios"] = {
+            "train_step": ratio(row["train_step_s"]["median_s"], base["train_step_s"]["median_s"]),
+            "prefill": ratio(row["prefill_s"]["median_s"], base["prefill_s"]["median_s"]),
+            "decode_per_token": ratio(row["decode_per_token_s"]["median_s"], base["decode_per_token_s"]["median_s"]),
+            **_memory_ratios(row["memory"], base["memory"]),
+        }
+    del runners
+    _release(device)
+    return {"hidden_size": config.hidden_size, "num_layers": config.num_layers, "seq_len": config.seq_len,
+            "batch_size": config.batch_size, "decode_tokens": config.decode_tokens, "variants": results}
+
+
+def run_depth_sweep(config: BenchConfig, log: Callable[[str], object] = print) -> list[dict]:
+    """Training step time and step memory of every variant vs standard at each of config.depths layers.
+
+    Models are sweep_hidden wide on batches of batch_size x sweep_seq_len. Returns one entry per depth:
+    {"num_layers", "num_blocks", "variants": {name: {"train_step_s", "memory", "ratios": {train_step,
+    peak_memory, activation_memory, non_activation_memory}}}}.
+    """
+    device = torch.device(config.device)
+    names = (BASELINE, *config.variants)
+    batch, _ = _inputs(config, config.sweep_seq_len, 0, device)
+    sweep = []
+    for depth in config.depths:
+        runners = {name: VariantRunner(build_model_config(config, name, config.sweep_hidden, depth,
+                                                          config.sweep_seq_len), device, config.precision,
+                                       batch, None, config.seed)
+                   for name in names}
+        label = f"depth {depth}: "
+        timings = run_interleaved([Task(name, runners[name].train_step) for name in names], config.repeats,
+                                  config.warmup, sync=device_sync(device), log=log, label=label)
+        rows = {}
+        for name in names:
+            rows[name] = {"train_step_s": timings[name].to_dict(), "memory": runners[name].memory()}
+        base = rows[BASELINE]
+        for row in rows.values():
+            row["ratios"] = {"train_step": ratio(row["train_step_s"]["median_s"], base["train_step_s"]["median_s"]),
+                             **_memory_ratios(row["memory"], base["memory"])}
+        sweep.append({"num_layers": depth, "num_blocks": nearest_num_blocks(depth, config.num_blocks),
+                      "variants": rows})
+        del runners
+        _release(device)
+    return sweep
+
+
+__all__ = ["VariantRunner", "autocast_dtype", "build_model_config", "device_sync", "model_shape",
+           "nearest_num_blocks", "run_depth_sweep", "run_model_bench"]

@@ -1,0 +1,137 @@
+"""The benchmark report: bench.json (every figure) and bench.md (markdown tables)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from attnres.bench.config import BASELINE
+
+
+def write_report(results: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    """Write out_dir/bench.json and out_dir/bench.md from run_bench's results; returns both paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / "bench.json", out / "bench.md"
+    json_path.write_text(json.dumps(results, indent=2) + "\n")
+    md_path.write_text(format_markdown(results))
+    return json_path, md_path
+
+
+def _ms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}" if ms >= 0.1 else f"{ms:.4f}"
+
+
+def _mib(nbytes: float | None) -> str:
+    return "-" if nbytes is None else f"{nbytes / 2**20:.1f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def format_markdown(results: dict) -> str:
+    """The report as markdown: run details, per-variant tables, depth sweep, router, targets."""
+    config, machine = results["config"], results["machine"]
+    lines = ["# attnres bench", "",
+             f"Command: `{results['command']}`", "",
+             f"Machine: torch {machine['torch']}, device {machine['device']} ({machine['device_name']}), "
+             f"{machine['threads']} torch threads, {machine['cpu_count']} CPUs, Python {machine['python']}, "
+             f"{machine['platform']}.", "",
+             f"Settings: {config['precision']} precision, routing_impl={config['routing_impl']} "
+             f"({results.get('resolved_routing_impl')}), "
+             f"median of {config['repeats']} interleaved repeats after {config['warmup']} warm-up "
+             f"round(s), seed {config['seed']}" + (", --quick" if config.get("quick") else "") + ".", ""]
+    for note in results.get("notes", []):
+        lines += [f"> {note}", ""]
+    lines += _model_section(results.get("models"))
+    lines += _sweep_section(results.get("depth_sweep"))
+    lines += _router_section(results.get("router"))
+    lines += _targets_section(results)
+    lines += ["## How this is measured", "",
+              "Each round runs every variant once in turn (standard first), so drifting machine load hits all "
+              "alike; warm-up rounds are dropped and each figure is the median over rounds, divided by "
+              "standard's median from the same run. Training step: forward with loss, backward, AdamW step. "
+              "Prefill: forward of the whole prompt into a fresh KV cache, no grad. Decode: one token at a time "
+              "with the cache after the prompt, the per-token mean of each round. Memory: one training step; "
+              "activations are the storages saved for backward; on CPU the peak is an estimate (parameters + "
+              "gradients + two AdamW moments + activations), on CUDA the allocator's peak for this model. "
+              "Router: bytes moved = sources read + output written (forward; forward+backward also reads the "
+              "sources and output gradient again and writes the source gradients), against `dst.copy_(src)` "
+              "of all sources' size (2 x its bytes), timed interleaved in the same run.", ""]
+    return "\n".join(lines)
+
+
+def _model_section(models: dict | None) -> list[str]:
+    if not models:
+        return []
+    variants = models["variants"]
+    head = (f"## Variants against standard ({models['num_layers']} layers x {models['hidden_size']} wide, "
+            f"batch {models['batch_size']} x {models['seq_len']}, {models['decode_tokens']} decoded tokens)")
+    time_rows, mem_rows = [], []
+    for name, row in variants.items():
+        r = row["ratios"]
+        time_rows.append([name, _ms(row["train_step_s"]["median_s"]), _x(r["train_step"]),
+                          _ms(row["prefill_s"]["median_s"]), _x(r["prefill"]),
+                          _ms(row["decode_per_token_s"]["median_s"]), _x(r["decode_per_token"])])
+        m = row["memory"]
+        mem_rows.append([name, _mib(m["peak_bytes"]), _x(r["peak_memory"]), _mib(m["activation_bytes"]),
+                         _x(r["activation_memory"]), _mib(m["non_activation_bytes"]), _x(r["non_activation_memory"]),
+                         f"{row['parameters']:,}"])
+    return ([head, "", "### Time", ""]
+            + _table(["variant", "train step (ms)", "x standard", "prefill (ms)", "x standard",
+                      "decode (ms/token)", "x standard"], time_rows)
+            + ["", "### Memory of one training step", ""]
+            + _table(["variant", "peak (MiB)", "x standard", "activations (MiB)", "x standard",
+                      "rest of peak (MiB)", "x standard", "parameters"], mem_rows) + [""])
+
+
+def _sweep_section(sweep: list | None) -> list[str]:
+    if not sweep:
+        return []
+    names = [n for n in sweep[0]["variants"] if n != BASELINE]
+    rows = []
+    for entry in sweep:
+        v = entry["variants"]
+        rows.append([str(entry["num_layers"]), str(entry["num_blocks"]), _ms(v[BASELINE]["train_step_s"]["median_s"])]
+                    + [f"{_x(v[n]['ratios']['train_step'])} / {_x(v[n]['ratios']['peak_memory'])} / "
+                       f"{_x(v[n]['ratios']['activation_memory'])}" for n in names])
+    return (["## Depth sweep", "",
+             "Each cell: training step / peak memory / activations, as multiples of standard at the same depth "
+             "(block variants use the 'blocks' column).", ""]
+            + _table(["layers", "blocks", "standard step (ms)", *names], rows) + [""])
+
+
+def _router_section(router: dict | None) -> list[str]:
+    if not router:
+        return []
+    rows = [["copy (`dst.copy_(src)`)", _mib(router["copy"]["bytes"]), _ms(router["copy"]["time"]["median_s"]),
+             f"{router['copy']['bytes_per_s'] / 1e9:.2f}", "1.00"]]
+    for key, label in (("forward", "route forward"), ("forward_backward", "route forward + backward")):
+        part = router[key]
+        rows.append([label, _mib(part["bytes"]["total_bytes"]), _ms(part["time"]["median_s"]),
+                     f"{part['bytes_per_s'] / 1e9:.2f}", f"{part['fraction_of_copy']:.2f}"])
+    impl = f" (routing_impl {router['routing_impl']} -> {router['resolved_impl']})" if router["resolved_impl"] else ""
+    return (["## Router micro-benchmark", "",
+             f"`{router['function']}`{impl} over {router['n_sources']} sources of shape {tuple(router['shape'])}, "
+             f"{router['dtype']}, on {router['device']}.", ""]
+            + _table(["measurement", "bytes moved (MiB)", "median (ms)", "GB/s", "of copy bandwidth"], rows) + [""])
+
+
+def _targets_section(results: dict) -> list[str]:
+    rows = [[t["target"], f"{t['op']} {t['limit']:.2f}", "-" if t["measured"] is None else f"{t['measured']:.2f}",
+             t["status"]] for t in results["targets"]]
+    lines = ["## Targets", ""]
+    mismatches = results.get("condition_mismatches") or []
+    if mismatches:
+        lines += [f"The targets are stated for {results['target_conditions']}; this run differs ("
+                  + "; ".join(mismatches) + "), so met / missed below is indicative only.", ""]
+    return lines + _table(["target", "limit", "measured", "status"], rows) + [""]

@@ -1,0 +1,113 @@
+"""run_bench: the three benchmarks in order, targets, machine details, and the report files."""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from attnres.bench.config import BenchConfig
+from attnres.bench.model_bench import run_depth_sweep, run_model_bench
+from attnres.bench.report import write_report
+from attnres.bench.router_bench import resolved_impl, run_router_bench
+from attnres.bench.targets import TARGET_CONDITIONS, condition_mismatches, evaluate_targets
+
+
+def cpu_has_native_bf16() -> bool | None:
+    """Whether the CPU advertises bf16 arithmetic (x86 avx512_bf16 / amx_bf16, Arm bf16); None if unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.lower().startswith(("flags", "features")):
+            flags.update(line.split(":", 1)[1].split())
+    if not flags:
+        return None
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def machine_info(device: torch.device) -> dict:
+    """torch version, device and its name, torch threads, CPU count, Python, platform, CPU bf16 support."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor() or platform.machine()
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+    return {"torch": torch.__version__, "device": str(device), "device_name": name,
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "cpu_native_bf16": cpu_has_native_bf16()}
+
+
+def check_device(device: str) -> torch.device:
+    """torch.device for `device`; ValueError when CUDA is asked for and absent."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: CUDA is not available here (torch {torch.__version__}); "
+                             f"use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) present")
+    return dev
+
+
+def run_bench(config: BenchConfig, out_dir: str | Path | None = None, command: str = "",
+              route_fn: Callable | None = None, log: Callable[[str], object] = print) -> dict:
+    """Run the model comparison, the depth sweep (if config.depths) and the router micro-benchmark.
+
+    Returns the results dict (what bench.json holds); with `out_dir`, writes bench.json and bench.md there.
+    route_fn: the routing function the micro-benchmark times (default: attnres.routing.route, else
+    route_reference).
+    """
+    device = check_device(config.device)
+    if device.type == "cuda" and device.index is not None:
+        torch.cuda.set_device(device)
+    resolved_impl(config.routing_impl, device)  # an unusable impl fails now, not after the model runs
+    threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    try:
+        results = _run(config, device, command, route_fn, log)
+    finally:
+        torch.set_num_threads(threads)
+    if out_dir is not None:
+        write_report(results, out_dir)
+    return results
+
+
+def _run(config: BenchConfig, device: torch.device, command: str, route_fn: Callable | None,
+         log: Callable[[str], object]) -> dict:
+    machine = machine_info(device)
+    notes = []
+    if device.type == "cpu" and config.precision == "bf16" and machine["cpu_native_bf16"] is False:
+        notes.append("This CPU has no native bf16 arithmetic (no avx512_bf16 / amx_bf16): bf16 matrix products "
+                     "are emulated and much slower than fp32, so absolute times are slow and the ratios weigh "
+                     "matrix products more than a bf16-capable machine would. `--precision fp32` runs faster here.")
+    models = run_model_bench(config, log=log)
+    sweep = run_depth_sweep(config, log=log) if config.depths else []
+    router = run_router_bench(config, route_fn=route_fn, log=log)
+    return {
+        "command": command,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine,
+        "config": config.to_dict(),
+        "resolved_routing_impl": resolved_impl(config.routing_impl, device),
+        "notes": notes,
+        "models": models,
+        "depth_sweep": sweep,
+        "router": router,
+        "targets": evaluate_targets(models, router),
+        "target_conditions": TARGET_CONDITIONS,
+        "condition_mismatches": condition_mismatches(config),
+    }

@@ -1,0 +1,26 @@
+"""Tiny models and batches shared by the analysis tests."""
+
+import torch
+
+from attnres import AttnResLM, ModelConfig
+
+
+def tiny_model(residual, num_blocks=None, seed=0, num_layers=2, **extra):
+    """A 32-wide decoder of `num_layers` layers, seeded."""
+    torch.manual_seed(seed)
+    return AttnResLM(ModelConfig(vocab_size=64, hidden_size=32, num_layers=num_layers, num_heads=4, num_kv_heads=2,
+                                 intermediate_size=64, residual=residual, num_blocks=num_blocks, **extra))
+
+
+def randomize_routers(model, seed=1):
+    """Queries from N(0, 1), so routing is far from uniform."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for router in model.routers:
+            router.query.copy_(torch.randn(router.query.shape, generator=gen))
+
+
+def batches_of_different_sizes():
+    """Two batches of different shapes (1 x 5 and 3 x 7 tokens), so token weighting shows."""
+    gen = torch.Generator().manual_seed(2)
+    return [torch.randint(0, 64, (1, 5), generator=gen), torch.randint(0, 64, (3, 7), generator=gen)]
