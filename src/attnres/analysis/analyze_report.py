@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnres.analysis.analyze import slug
-from attnres.compare.report import _dumps, _jsonable, _num, _render_html, _render_markdown, _write_atomic
+from attnres.analysis.document import dumps_json, fmt, jsonable, render_html, render_markdown, write_atomic
 
 SUMMARY_HEADER = ["checkpoint", "variant", "step", "val loss", "perplexity", "max weight (all)",
                   "max weight (deepest third)", "mean entropy (nats)", "entropy / ln n", "effective sources",
@@ -115,10 +115,10 @@ def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dic
 def summary_row(entry: dict) -> list[str]:
     """One row of the summary table, as summary.md and index.html print it."""
     s = entry["summary"]
-    return [entry["label"], entry["variant"], str(entry["step"]), _num(entry["val_loss"], ".4f"),
-            _num(entry["val_ppl"], ".2f"), _num(s["max_weight"], ".3f"), _num(s["max_weight_deep"], ".3f"),
-            _num(s["mean_entropy"], ".3f"), _num(s["mean_normalized_entropy"], ".3f"),
-            _num(s["mean_effective_sources"], ".2f"), _num(s["mean_grad_norm"], ".3g")]
+    return [entry["label"], entry["variant"], str(entry["step"]), fmt(entry["val_loss"], ".4f"),
+            fmt(entry["val_ppl"], ".2f"), fmt(s["max_weight"], ".3f"), fmt(s["max_weight_deep"], ".3f"),
+            fmt(s["mean_entropy"], ".3f"), fmt(s["mean_normalized_entropy"], ".3f"),
+            fmt(s["mean_effective_sources"], ".2f"), fmt(s["mean_grad_norm"], ".3g")]
 
 
 def _document(analysis: dict, shared: list[tuple], per_label: dict[str, dict], notes: list[str]) -> list[tuple]:
@@ -176,9 +176,9 @@ def write_analysis_report(analysis: dict, out_dir: Path) -> dict:
         e["figures"] = {kind: figure[0] for kind, figure in per_label.get(e["label"], {}).items()}
     every = ([f[0] for f in shared] + [figures["routing"][0] for figures in per_label.values()]
              + [figures["cosines"][0] for figures in per_label.values() if "cosines" in figures])
-    full = _jsonable({**analysis, "figures": every, "notes": notes})
+    full = jsonable({**analysis, "figures": every, "notes": notes})
     blocks = _document(analysis, shared, per_label, notes)
-    _write_atomic(out_dir / "analysis.json", _dumps(full) + "\n")
-    _write_atomic(out_dir / "summary.md", _render_markdown(blocks))
-    _write_atomic(out_dir / "index.html", _render_html(blocks))
+    write_atomic(out_dir / "analysis.json", dumps_json(full) + "\n")
+    write_atomic(out_dir / "summary.md", render_markdown(blocks))
+    write_atomic(out_dir / "index.html", render_html(blocks))
     return full

@@ -6,7 +6,6 @@ every variant sees the same machine conditions as the baseline it is divided by.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 from collections.abc import Callable
 
@@ -16,6 +15,7 @@ from attnres.bench.config import BASELINE, BenchConfig
 from attnres.bench.timing import Task, ratio, run_interleaved
 from attnres.model import AttnResLM, KVCache, ModelConfig, valid_num_blocks
 from attnres.model.config import BLOCK_RESIDUALS
+from attnres.train.loop import autocast_context
 from attnres.train.memory import measure_step_memory
 
 
@@ -65,14 +65,13 @@ class VariantRunner:
         self.model = AttnResLM(model_config).to(device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.batch, self.decode_ids = batch, decode_ids
+        self.precision = precision
         self.dtype = autocast_dtype(precision)
         self.device = device
         self._cache: KVCache | None = None
 
     def _autocast(self):
-        if self.dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.dtype)
+        return autocast_context(self.device, self.precision)
 
     def train_step(self) -> None:
         """Forward with loss, backward, AdamW step on `batch`."""

@@ -7,16 +7,14 @@ results.json (the input, its summary and the figure list).
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import numbers
-import os
 import re
 import statistics
-import tempfile
 from pathlib import Path
 
+from attnres.analysis.document import dumps_json, fmt, jsonable, render_html, render_markdown, write_atomic
 from attnres.analysis.sharpness import summarize_max_weights
 
 BASELINE = "standard"
@@ -155,10 +153,6 @@ def summarize(results: dict) -> dict:
 
 # ---------------------------------------------------------------- formatting
 
-def _num(value, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
-
-
 def _signed(value, decimals: int = 3) -> str:
     """'+0.012' / '-0.034'; a rounding residue like -4e-16 prints as +0.000, not -0.000."""
     return "-" if value is None else f"{round(value, decimals) + 0.0:+.{decimals}f}"
@@ -166,7 +160,7 @@ def _signed(value, decimals: int = 3) -> str:
 
 def _pm(mean, std, n: int, spec: str) -> str:
     """'mean ± std' over seeds; the mean alone for one seed, whose std says nothing."""
-    return _num(mean, spec) if n < 2 else f"{_num(mean, spec)} ± {_num(std, spec)}"
+    return fmt(mean, spec) if n < 2 else f"{fmt(mean, spec)} ± {fmt(std, spec)}"
 
 
 RESULT_HEADER = ["variant", "val loss (mean ± std)", "perplexity (mean ± std)", "Δ loss vs standard",
@@ -179,8 +173,8 @@ def result_row(name: str, entry: dict, is_baseline: bool) -> list[str]:
     return [name, _pm(entry["val_loss_mean"], entry["val_loss_std"], n, ".3f"),
             _pm(entry["ppl_mean"], entry["ppl_std"], n, ".2f"),
             "baseline" if is_baseline else _signed(entry["delta_vs_standard"]),
-            _num(entry["step_time_ratio"], ".2f", "×"), _num(entry["peak_memory_ratio"], ".2f", "×"),
-            _num(entry["max_weight_deep"], ".3f")]
+            fmt(entry["step_time_ratio"], ".2f", "×"), fmt(entry["peak_memory_ratio"], ".2f", "×"),
+            fmt(entry["max_weight_deep"], ".3f")]
 
 
 RUN_HEADER = ["variant", "seed", "final val loss", "step time (s)", "peak memory (bytes)",
@@ -188,9 +182,9 @@ RUN_HEADER = ["variant", "seed", "final val loss", "step time (s)", "peak memory
 
 
 def _run_row(name: str, run: dict) -> list[str]:
-    return [name, str(run["seed"]), _num(run["final_val_loss"], ".3f"), _num(run["step_time_s"], ".3f"),
-            _num(run["peak_memory_bytes"], ",.0f"), _num(run["activation_bytes"], ",.0f"),
-            _num(run.get("tokens_per_s"), ",.1f")]
+    return [name, str(run["seed"]), fmt(run["final_val_loss"], ".3f"), fmt(run["step_time_s"], ".3f"),
+            fmt(run["peak_memory_bytes"], ",.0f"), fmt(run["activation_bytes"], ",.0f"),
+            fmt(run.get("tokens_per_s"), ",.1f")]
 
 
 def _compact(value) -> str:
@@ -298,108 +292,7 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
     return blocks
 
 
-def _md_cell(text: str) -> str:
-    # A pipe would end the cell; < and > would be read as HTML by Markdown renderers.
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _render_markdown(blocks: list[tuple]) -> str:
-    out = []
-    for kind, *rest in blocks:
-        if kind == "h1":
-            out.append(f"# {_md_cell(rest[0])}")
-        elif kind == "h2":
-            out.append(f"## {_md_cell(rest[0])}")
-        elif kind == "p":
-            out.append(_md_cell(rest[0]))
-        elif kind == "code":
-            out.append(f"```\n{rest[0]}\n```")
-        elif kind == "table":
-            header, rows, numeric = rest
-            lines = ["| " + " | ".join(map(_md_cell, header)) + " |",
-                     "|---|" + ("---:|" if numeric else "---|") * (len(header) - 1)]
-            lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
-            out.append("\n".join(lines))
-        elif kind == "figure":
-            path, alt, caption = rest
-            out.append(f"![{_md_cell(alt)}]({path})\n\n*{_md_cell(caption)}*")
-    return "\n\n".join(out) + "\n"
-
-
-CSS = """body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}table{border-collapse:collapse;margin:1em 0}
-th,td{border:1px solid #ccc;padding:.3em .6em}.numeric td:not(:first-child){text-align:right;font-variant-numeric:tabular-nums}
-th{background:#f3f3f3}pre{background:#f6f6f6;padding:.6em;overflow-x:auto}
-figure{margin:1.5em 0}img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:.95em}"""
-
-
-def _render_html(blocks: list[tuple]) -> str:
-    esc = html.escape
-    title = next((rest[0] for kind, *rest in blocks if kind == "h1"), "attnres comparison")
-    body = []
-    for kind, *rest in blocks:
-        if kind in ("h1", "h2", "p"):
-            body.append(f"<{kind}>{esc(rest[0])}</{kind}>")
-        elif kind == "code":
-            body.append(f"<pre><code>{esc(rest[0])}</code></pre>")
-        elif kind == "table":
-            header, rows, numeric = rest
-            head = "".join(f"<th>{esc(h)}</th>" for h in header)
-            cells = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>\n" for row in rows)
-            attrs = ' class="numeric"' if numeric else ""
-            body.append(f"<table{attrs}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{cells}</tbody>\n</table>")
-        elif kind == "figure":
-            path, alt, caption = rest
-            body.append(f'<figure><img src="{esc(path)}" alt="{esc(alt)}">'
-                        f"<figcaption>{esc(caption)}</figcaption></figure>")
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
-
-
 # ---------------------------------------------------------------- files
-
-def _jsonable(obj):
-    """Plain JSON types; non-finite floats become null so the file is strict JSON."""
-    if hasattr(obj, "to_dict"):
-        obj = obj.to_dict()
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()  # numpy / torch scalars
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-def _dumps(obj, indent: int = 0) -> str:
-    """JSON with dicts indented one key per line and lists of plain values (curves, weights) on one line."""
-    pad, inner = " " * indent, " " * (indent + 1)
-    if isinstance(obj, dict) and obj:
-        items = [f"{inner}{json.dumps(k)}: {_dumps(v, indent + 1)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
-    if isinstance(obj, list) and any(isinstance(v, dict) for v in obj):
-        return "[\n" + ",\n".join(inner + _dumps(v, indent + 1) for v in obj) + f"\n{pad}]"
-    return json.dumps(obj, allow_nan=False, separators=(", ", ": "))
-
-
-def _write_atomic(path: Path, text: str) -> Path:
-    """Write via a temp file in the same folder and os.replace, so readers never see a partial file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
 
 def write_report(results: dict, out_dir: Path) -> list[Path]:
     """Write results.json, figures/*.png, report.md and index.html into out_dir; returns their paths.
@@ -415,9 +308,9 @@ def write_report(results: dict, out_dir: Path) -> list[Path]:
     out_dir = Path(out_dir)
     (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     figures = _write_figures(results, summary, out_dir)
-    full = _jsonable({**results, "summary": summary, "figures": [path for path, _, _ in figures]})
+    full = jsonable({**results, "summary": summary, "figures": [path for path, _, _ in figures]})
     blocks = _document(results, summary, figures)
-    written = [_write_atomic(out_dir / "results.json", _dumps(full) + "\n"),
-               _write_atomic(out_dir / "report.md", _render_markdown(blocks)),
-               _write_atomic(out_dir / "index.html", _render_html(blocks))]
+    written = [write_atomic(out_dir / "results.json", dumps_json(full) + "\n"),
+               write_atomic(out_dir / "report.md", render_markdown(blocks)),
+               write_atomic(out_dir / "index.html", render_html(blocks))]
     return written + [out_dir / path for path, _, _ in figures]

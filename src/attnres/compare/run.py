@@ -10,9 +10,10 @@ from pathlib import Path
 import torch
 
 from attnres.analysis.depth_stats import collect_depth_stats
-from attnres.compare.presets import ComparePreset, variant_name, variant_run, variant_slug
+from attnres.compare.presets import ComparePreset, variant_run, variant_slug
 from attnres.compare.report import write_report
 from attnres.data import TokenBatches, eval_batches
+from attnres.model.config import variant_name
 from attnres.train.loop import train
 from attnres.train.memory import measure_step_memory
 from attnres.train.metrics import read_metrics

@@ -25,8 +25,9 @@ class StreamState:
     routing: the weights of each router called so far, when recording.
     impl:    the routing implementation for this pass ("reference", "lean" or "triton").
     inv_rms: fast paths: inv_rms of sources[i] (B, T), each computed once when first needed.
-    phase1:  fast block paths: (first sub-layer, mixed, lse, weights) of the current block's routers
-             over its completed sources, computed once at the block's first sub-layer.
+    phase1:  fast block paths: (first sub-layer, effective queries, mixed, lse, weights) of the
+             current block's routers over its completed sources, computed once at the block's first
+             sub-layer.
     """
 
     stream: torch.Tensor | None
@@ -139,24 +140,26 @@ class ResidualScheme(nn.Module):
         if state.phase1 is None or state.phase1[0] != first:
             routers = self.routers[first:min(first + size, self.num_sublayers)]
             queries = torch.stack([router.effective_query() for router in routers])
-            state.phase1 = (first, *route_fast(queries, state.sources, self._completed_inv_rms(state), state.impl))
-        _, mixed_all, lse_all, weights_all = state.phase1
-        router = self.routers[s]
-        mixed, lse, weights = mixed_all[s - first], lse_all[s - first], weights_all[s - first]
+            inv = self._completed_inv_rms(state)
+            state.phase1 = (first, queries, *route_fast(queries, state.sources, inv, state.impl))
+        _, queries, mixed_all, lse_all, weights_all = state.phase1
+        j = s - first
+        mixed, lse, weights = mixed_all[j], lse_all[j], weights_all[j]
         if state.partial is not None and self.policy.partial_source:
-            mixed, weights = self._merge_partial(router, mixed, lse, weights, state.partial,
+            mixed, weights = self._merge_partial(queries[j], mixed, lse, weights, state.partial,
                                                  record=state.routing is not None)
         if state.routing is not None:
             state.routing.append(weights)
-        return router.apply_gate(mixed)
+        return self.routers[s].apply_gate(mixed)
 
-    def _merge_partial(self, router: Router, mixed: torch.Tensor, lse: torch.Tensor, weights: torch.Tensor,
+    def _merge_partial(self, query: torch.Tensor, mixed: torch.Tensor, lse: torch.Tensor, weights: torch.Tensor,
                        partial: torch.Tensor, record: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Online-softmax merge of phase 1 (mixed (B, T, D), lse (B, T), weights (B, T, n)) with the
-        partial source (B, T, D) as one more key. Returns (mixed, weights (B, T, n + 1) or None)."""
+        partial source (B, T, D) as one more key; query (D,) is the router's effective query.
+        Returns (mixed, weights (B, T, n + 1) or None)."""
         width = partial.shape[-1]
         with autocast_off(partial.device):  # fp32 logits, like the reference
-            query = router.effective_query().to(lse.dtype)
+            query = query.to(lse.dtype)
             logit = (partial.reshape(-1, width).to(lse.dtype) @ query).reshape(lse.shape)
             logit = logit * inv_rms(partial, self.eps)
             total = torch.logaddexp(lse, logit)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnres.routing.lean import inv_rms, route_sources
+from attnres.routing.lean import route_sources
 
 IMPLS = ("auto", "reference", "lean", "triton")
 
@@ -45,4 +45,4 @@ def _triton_ready() -> bool:
     return triton_available()
 
 
-__all__ = ["IMPLS", "inv_rms", "resolve_impl", "route_fast", "route_sources"]
+__all__ = ["IMPLS", "resolve_impl", "route_fast"]

@@ -45,7 +45,8 @@ class Router(nn.Module):
         impl: "reference", "lean", "triton" or "auto" (see `resolve_impl`); inv: each source's
         `inv_rms` (B, T) when the caller has them cached (fast paths only), else computed here.
         """
-        impl = resolve_impl(impl, sources[0].device)
+        if impl not in ("reference", "lean"):  # the scheme passes these already resolved
+            impl = resolve_impl(impl, sources[0].device)
         if impl == "reference":
             mixed, weights = route_reference(self.query, self.key_norm.weight, sources, self.key_norm.eps)
         else:

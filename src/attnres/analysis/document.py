@@ -1,0 +1,121 @@
+"""Report documents: Markdown and HTML rendered from one list of blocks, strict JSON, atomic writes.
+
+A document is a list of blocks: ("h1", text), ("h2", text), ("p", text), ("code", text),
+("table", header, rows, numeric), ("figure", path, alt, caption). Shared by the comparison report
+and `attnres analyze`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+
+def fmt(value, spec: str, suffix: str = "") -> str:
+    """A table cell: `value` formatted with `spec` and `suffix`, or "-" for None."""
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def _md_cell(text: str) -> str:
+    # A pipe would end the cell; < and > would be read as HTML by Markdown renderers.
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render_markdown(blocks: list[tuple]) -> str:
+    out = []
+    for kind, *rest in blocks:
+        if kind == "h1":
+            out.append(f"# {_md_cell(rest[0])}")
+        elif kind == "h2":
+            out.append(f"## {_md_cell(rest[0])}")
+        elif kind == "p":
+            out.append(_md_cell(rest[0]))
+        elif kind == "code":
+            out.append(f"```\n{rest[0]}\n```")
+        elif kind == "table":
+            header, rows, numeric = rest
+            lines = ["| " + " | ".join(map(_md_cell, header)) + " |",
+                     "|---|" + ("---:|" if numeric else "---|") * (len(header) - 1)]
+            lines += ["| " + " | ".join(map(_md_cell, row)) + " |" for row in rows]
+            out.append("\n".join(lines))
+        elif kind == "figure":
+            path, alt, caption = rest
+            out.append(f"![{_md_cell(alt)}]({path})\n\n*{_md_cell(caption)}*")
+    return "\n\n".join(out) + "\n"
+
+
+CSS = """body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#222;line-height:1.45}table{border-collapse:collapse;margin:1em 0}
+th,td{border:1px solid #ccc;padding:.3em .6em}.numeric td:not(:first-child){text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f3f3f3}pre{background:#f6f6f6;padding:.6em;overflow-x:auto}
+figure{margin:1.5em 0}img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:.95em}"""
+
+
+def render_html(blocks: list[tuple]) -> str:
+    esc = html.escape
+    title = next((rest[0] for kind, *rest in blocks if kind == "h1"), "attnres comparison")
+    body = []
+    for kind, *rest in blocks:
+        if kind in ("h1", "h2", "p"):
+            body.append(f"<{kind}>{esc(rest[0])}</{kind}>")
+        elif kind == "code":
+            body.append(f"<pre><code>{esc(rest[0])}</code></pre>")
+        elif kind == "table":
+            header, rows, numeric = rest
+            head = "".join(f"<th>{esc(h)}</th>" for h in header)
+            cells = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>\n" for row in rows)
+            attrs = ' class="numeric"' if numeric else ""
+            body.append(f"<table{attrs}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{cells}</tbody>\n</table>")
+        elif kind == "figure":
+            path, alt, caption = rest
+            body.append(f'<figure><img src="{esc(path)}" alt="{esc(alt)}">'
+                        f"<figcaption>{esc(caption)}</figcaption></figure>")
+    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+            f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            + "\n".join(body) + "\n</body>\n</html>\n")
+
+
+def jsonable(obj):
+    """Plain JSON types; non-finite floats become null so the file is strict JSON."""
+    if hasattr(obj, "to_dict"):
+        obj = obj.to_dict()
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()  # numpy / torch scalars
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def dumps_json(obj, indent: int = 0) -> str:
+    """JSON with dicts indented one key per line and lists of plain values (curves, weights) on one line."""
+    pad, inner = " " * indent, " " * (indent + 1)
+    if isinstance(obj, dict) and obj:
+        items = [f"{inner}{json.dumps(k)}: {dumps_json(v, indent + 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+    if isinstance(obj, list) and any(isinstance(v, dict) for v in obj):
+        return "[\n" + ",\n".join(inner + dumps_json(v, indent + 1) for v in obj) + f"\n{pad}]"
+    return json.dumps(obj, allow_nan=False, separators=(", ", ": "))
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write via a temp file in the same folder and os.replace, so readers never see a partial file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
