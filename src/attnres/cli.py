@@ -67,9 +67,27 @@ def _compare(args: argparse.Namespace) -> int:
 
     preset = load_preset(args.preset, args.set)
     out = Path(args.out or f"reports/compare-{preset.name}")
-    run_compare(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv), device=args.device)
-    print(f"report: {out / 'report.md'} and {out / 'index.html'}")
+    shard = _parse_shard(args.shard)
+    results = run_compare(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
+                          device=args.device, shard=shard)
+    if results is None:
+        print(f"shard {args.shard} done; run without --shard to write the report into {out}")
+    else:
+        print(f"report: {out / 'report.md'} and {out / 'index.html'}")
     return 0
+
+
+def _parse_shard(text: str | None) -> tuple[int, int]:
+    """'I/N' -> (I, N); None -> (0, 1)."""
+    if text is None:
+        return (0, 1)
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        index, count = -1, 0
+    if not 0 <= index < count:
+        raise SystemExit(f"attnres compare: --shard must be I/N with 0 <= I < N, e.g. 0/2; got {text!r}")
+    return index, count
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -150,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="override the preset's run, e.g. --set train.steps=100")
     compare.add_argument("--device", default="cpu")
+    compare.add_argument("--shard", default=None, metavar="I/N",
+                         help="train only runs I, I+N, ... and write no report (N processes share a comparison; "
+                              "finished runs are reused, so a last call without --shard writes the report)")
     compare.set_defaults(handler=_compare)
 
     train = sub.add_parser("train", help="train one model from a YAML config")

@@ -11,6 +11,7 @@ import torch
 from attnres import AttnResLM, ModelConfig
 from attnres.analysis import collect_depth_stats
 from attnres.compare import summarize, write_report
+from attnres.compare.report import ci95_halfwidth
 
 ODD_NAME = "delta <block> (N=2)"  # must be escaped in HTML and Markdown
 
@@ -103,6 +104,13 @@ def test_curves_are_averaged_per_step_over_seeds():
     assert summary["standard"]["train_curve"][0] == pytest.approx([0, 4.2, statistics.stdev([4.1, 4.3])])
 
 
+def test_ci95_uses_student_t_and_needs_two_seeds():
+    assert ci95_halfwidth([1.0]) is None
+    # three seeds: mean 2, sample std 1, t_{0.975, 2} = 4.303
+    assert ci95_halfwidth([1.0, 2.0, 3.0]) == pytest.approx(4.303 / math.sqrt(3))
+    assert ci95_halfwidth([1.0] * 20 + [2.0]) == pytest.approx(1.96 * statistics.stdev([1.0] * 20 + [2.0]) / math.sqrt(21))
+
+
 def test_single_seed_has_zero_std():
     results = make_results()
     for variant in results["variants"]:
@@ -160,15 +168,20 @@ def test_markdown_table_rows_match_the_summary(report):
     s = 0.2 / math.sqrt(2)
     e3, e32 = math.exp(3.0), math.exp(3.2)
     assert table_row(md, "standard") == [
-        "standard", f"3.100 ± {s:.3f}", f"{(e3 + e32) / 2:.2f} ± {abs(e32 - e3) / math.sqrt(2):.2f}", "baseline",
+        "standard", f"3.100 ± {s:.3f}", f"{(e3 + e32) / 2:.2f} ± {abs(e32 - e3) / math.sqrt(2):.2f}",
+        # two seeds: t_{0.975, 1} = 12.706, standard error = |e32 - e3| / 2
+        f"[{(e3 + e32) / 2 - 12.706 * abs(e32 - e3) / 2:.2f}, {(e3 + e32) / 2 + 12.706 * abs(e32 - e3) / 2:.2f}]",
+        "baseline",
         "1.00×", "1.00×", "-"]
     f29, f295 = math.exp(2.9), math.exp(2.95)
     assert table_row(md, "full_attnres") == [
         "full_attnres", f"2.925 ± {0.05 / math.sqrt(2):.3f}",
-        f"{(f29 + f295) / 2:.2f} ± {abs(f295 - f29) / math.sqrt(2):.2f}", "-0.175", f"{0.25 / 0.12:.2f}×",
+        f"{(f29 + f295) / 2:.2f} ± {abs(f295 - f29) / math.sqrt(2):.2f}",
+        f"[{(f29 + f295) / 2 - 12.706 * abs(f295 - f29) / 2:.2f}, {(f29 + f295) / 2 + 12.706 * abs(f295 - f29) / 2:.2f}]",
+        "-0.175", f"{0.25 / 0.12:.2f}×",
         f"{1500 / 1100:.2f}×", "0.825"]
     odd = table_row(md, "delta &lt;block&gt; (N=2)")
-    assert odd[3] == "+0.000" and odd[5] == "-"  # 3.1 - 3.1; peak memory missing in one seed
+    assert odd[4] == "+0.000" and odd[6] == "-"  # 3.1 - 3.1; peak memory missing in one seed
     for fig in json.loads((out / "results.json").read_text())["figures"]:
         assert f"]({fig})" in md
 

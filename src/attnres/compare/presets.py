@@ -13,6 +13,11 @@ from attnres.model.config import variant_name
 from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
 
 
+# What a variant may set: the residual scheme (model fields) and the router-query initialisation.
+VARIANT_MODEL_KEYS = ("residual", "num_blocks", "exact_conversion")
+VARIANT_TRAIN_KEYS = ("query_init",)
+
+
 @dataclass(frozen=True)
 class ComparePreset:
     """name, description, the base run dict (model without residual), variants, seeds."""
@@ -62,12 +67,14 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
 
 def variant_run(base: dict, variant: dict, seed: int, out_dir: str) -> RunConfig:
     """The RunConfig of one variant and seed: the base run with the variant's residual fields."""
-    unknown = sorted(set(variant) - {"residual", "num_blocks", "exact_conversion"})
+    unknown = sorted(set(variant) - set(VARIANT_MODEL_KEYS) - set(VARIANT_TRAIN_KEYS))
     if unknown:
-        raise RunConfigError(f"variant {variant}: unknown key(s) {unknown}; allowed: residual, num_blocks, "
-                             f"exact_conversion")
-    values = {**base, "out_dir": out_dir, "model": {**base.get("model", {}), **variant},
-              "train": {**base.get("train", {}), "seed": seed}}
+        raise RunConfigError(f"variant {variant}: unknown key(s) {unknown}; allowed: "
+                             f"{', '.join(VARIANT_MODEL_KEYS + VARIANT_TRAIN_KEYS)}")
+    model = {k: v for k, v in variant.items() if k in VARIANT_MODEL_KEYS}
+    train = {k: v for k, v in variant.items() if k in VARIANT_TRAIN_KEYS}
+    values = {**base, "out_dir": out_dir, "model": {**base.get("model", {}), **model},
+              "train": {**base.get("train", {}), **train, "seed": seed}}
     return RunConfig.from_dict(values)
 
 

@@ -71,6 +71,20 @@ def _std(values: list[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+# Two-sided 95 % Student-t quantiles t_{0.975, df} for df = 1 .. 10; beyond that 1.96 is within 12 %.
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def ci95_halfwidth(values: list[float]) -> float | None:
+    """Half-width of the 95 % confidence interval of the mean (Student t, sample std); None for
+    one value (no interval), NaN if a value is not finite."""
+    n = len(values)
+    if n < 2:
+        return None
+    t = T_975[n - 2] if n - 1 <= len(T_975) else 1.96
+    return t * _std(values) / math.sqrt(n)
+
+
 def _exp(x: float) -> float:
     return math.exp(x) if not x > 700 else math.inf  # a diverged run must not crash the report
 
@@ -118,8 +132,8 @@ def _summarize_variant(variant: dict, baseline: dict) -> dict:
     deep = [d for d in deep if d is not None]
     out = {"residual": variant["residual"], "num_blocks": variant.get("num_blocks"),
            "seeds": [r["seed"] for r in runs],
-           "val_loss_mean": _mean(losses), "val_loss_std": _std(losses),
-           "ppl_mean": _mean(ppl), "ppl_std": _std(ppl)}
+           "val_loss_mean": _mean(losses), "val_loss_std": _std(losses), "val_loss_ci95": ci95_halfwidth(losses),
+           "ppl_mean": _mean(ppl), "ppl_std": _std(ppl), "ppl_ci95": ci95_halfwidth(ppl)}
     for key, run_key in COST_RATIOS.items():
         out[key] = _median_ratio([r[run_key] for r in runs], [r[run_key] for r in baseline["runs"]])
     out["max_weight_deep"] = _mean(deep)
@@ -133,7 +147,8 @@ def _summarize_variant(variant: dict, baseline: dict) -> dict:
 def summarize(results: dict) -> dict:
     """Per variant name (input order): statistics over its seeds, relative to `standard`.
 
-    Each entry: val_loss_mean, val_loss_std (sample std, 0.0 for one seed), ppl_mean, ppl_std (of
+    Each entry: val_loss_mean, val_loss_std (sample std, 0.0 for one seed), val_loss_ci95 (half-width
+    of the Student-t 95 % interval of the mean; None for one seed), ppl_mean, ppl_std, ppl_ci95 (of
     exp(final_val_loss) per seed), delta_vs_standard (val_loss_mean minus standard's),
     step_time_ratio, peak_memory_ratio, activation_ratio (median over seeds / standard's median;
     None if a value is missing), max_weight_deep (mean over seeds of the mean max weight of the
@@ -163,7 +178,14 @@ def _pm(mean, std, n: int, spec: str) -> str:
     return fmt(mean, spec) if n < 2 else f"{fmt(mean, spec)} ± {fmt(std, spec)}"
 
 
-RESULT_HEADER = ["variant", "val loss (mean ± std)", "perplexity (mean ± std)", "Δ loss vs standard",
+def _interval(mean, halfwidth) -> str:
+    """'[low, high]' of a 95 % interval; '-' for one seed."""
+    if halfwidth is None or mean is None:
+        return "-"
+    return f"[{fmt(mean - halfwidth, '.2f')}, {fmt(mean + halfwidth, '.2f')}]"
+
+
+RESULT_HEADER = ["variant", "val loss (mean ± std)", "perplexity (mean ± std)", "perplexity 95% CI", "Δ loss vs standard",
                  "step time ×", "peak memory ×", "max weight (deepest third)"]
 
 
@@ -171,7 +193,7 @@ def result_row(name: str, entry: dict, is_baseline: bool) -> list[str]:
     """One row of the results table, as report.md and index.html print it."""
     n = len(entry["seeds"])
     return [name, _pm(entry["val_loss_mean"], entry["val_loss_std"], n, ".3f"),
-            _pm(entry["ppl_mean"], entry["ppl_std"], n, ".2f"),
+            _pm(entry["ppl_mean"], entry["ppl_std"], n, ".2f"), _interval(entry["ppl_mean"], entry.get("ppl_ci95")),
             "baseline" if is_baseline else _signed(entry["delta_vs_standard"]),
             fmt(entry["step_time_ratio"], ".2f", "×"), fmt(entry["peak_memory_ratio"], ".2f", "×"),
             fmt(entry["max_weight_deep"], ".3f")]
@@ -280,7 +302,8 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                ("table", RESULT_HEADER, [result_row(name, entry, entry["residual"] == BASELINE)
                                          for name, entry in summary.items()], True),
                ("p", "Validation loss in nats/token at the end of training, mean ± sample std over seeds; "
-                     "perplexity = exp(loss), averaged per seed. Step time and peak memory are medians over "
+                     "perplexity = exp(loss), averaged per seed; its 95% CI is the Student-t interval of that mean over "
+                     "seeds (none for one seed). Step time and peak memory are medians over "
                      "seeds divided by standard's. Peak memory is the CUDA allocator's peak on a GPU; on a CPU it is "
                      "an estimate: weights + gradients + two AdamW moments + the activations saved for backward "
                      "(measured). Step times come from the training loop, variants run one after another. Max weight: token-mean of the largest routing weight over "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import statistics
 from datetime import datetime, timezone
@@ -10,31 +11,53 @@ from pathlib import Path
 import torch
 
 from attnres.analysis.depth_stats import collect_depth_stats
+from attnres.analysis.document import write_atomic
 from attnres.compare.presets import ComparePreset, variant_run, variant_slug
 from attnres.compare.report import write_report
 from attnres.data import TokenBatches, eval_batches
 from attnres.model.config import variant_name
 from attnres.train.loop import train
 from attnres.train.memory import measure_step_memory
+from attnres.train.checkpoint import checkpoint_dirs
 from attnres.train.metrics import read_metrics
+from attnres.train.run_config import RunConfigError
 
 WARMUP_STEPS_EXCLUDED = 3  # first steps pay one-off costs (allocation, caches)
 
 
+RECORD_FILE = "compare_record.json"  # in each run's folder: its settings and results, once finished
+
+
 def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, command: str = "",
-                device: str = "cpu", log=print) -> dict:
-    """Train preset.variants x seeds into out_dir/runs/, then write the report; returns results."""
+                device: str = "cpu", log=print, shard: tuple[int, int] = (0, 1)) -> dict | None:
+    """Train preset.variants x seeds into out_dir/runs/, then write the report; returns results.
+
+    A run whose folder holds a finished record with the same settings is not trained again, and an
+    interrupted run resumes from its last checkpoint, so a long comparison can be stopped and
+    restarted. shard=(i, n) trains only runs i, i + n, ... (in seed-major order) and writes no
+    report (returns None): n processes can share the work; a final unsharded call reuses their
+    records and writes the report.
+    """
+    index, count = shard
+    if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
+        raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}")
     out_dir = Path(out_dir)
     seed_list = list(range(seeds or preset.seeds))
     variants = [{"name": variant_name(v), **v, "runs": []} for v in preset.variants]
+    position = 0
     for seed in seed_list:  # seeds outer, variants inner: a partial run still compares like with like
         for variant, spec in zip(variants, preset.variants):
             run = variant_run(preset.run, spec, seed, str(out_dir / "runs" / variant_slug(spec) / f"seed{seed}"))
-            log(f"[{variant['name']} seed {seed}] training {run.train.steps} steps ...")
-            result = train(run, device=device, log=log)
-            variant["runs"].append(_run_record(run, result, seed, device))
-            log(f"[{variant['name']} seed {seed}] val loss {result.final_val_loss:.4f}, "
-                f"median step {variant['runs'][-1]['step_time_s']:.3f} s")
+            mine, position = position % count == index, position + 1
+            record = _finished_record(run)
+            if record is not None:
+                log(f"[{variant['name']} seed {seed}] finished earlier: val loss {record['final_val_loss']:.4f}")
+            elif mine:
+                record = _train_variant(run, variant["name"], seed, device, log)
+            if record is not None:
+                variant["runs"].append(record)
+    if count > 1:
+        return None
     settings = preset.run
     results = {
         "preset": preset.name, "description": preset.description, "command": command,
@@ -50,9 +73,38 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
     return results
 
 
+def _train_variant(run, name: str, seed: int, device: str, log) -> dict:
+    """Train (or resume) one run and write its record atomically into its folder."""
+    resume = bool(checkpoint_dirs(Path(run.out_dir) / "checkpoints"))
+    log(f"[{name} seed {seed}] {'resuming' if resume else 'training'} {run.train.steps} steps ...")
+    result = train(run, resume=resume, device=device, log=log)
+    record = _run_record(run, result, seed, device)
+    write_atomic(Path(run.out_dir) / RECORD_FILE, json.dumps({"run": run.to_dict(), "record": record}))
+    log(f"[{name} seed {seed}] val loss {result.final_val_loss:.4f}, median step {record['step_time_s']:.3f} s")
+    return record
+
+
+def _finished_record(run) -> dict | None:
+    """The record a finished run left in its folder; None if there is none. A record of other
+    settings is an error: the folder belongs to another comparison."""
+    path = Path(run.out_dir) / RECORD_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+        settings, record = saved["run"], saved["record"]
+    except (ValueError, KeyError, TypeError) as error:
+        raise RunConfigError(f"{path} is unreadable ({error}); delete it to train that run again") from None
+    if settings != run.to_dict():
+        raise RunConfigError(f"{run.out_dir} holds a run with other settings; choose another --out or delete it")
+    return record
+
+
 def _run_record(run, result, seed: int, device: str) -> dict:
     records = read_metrics(result.run_dir)
-    times = result.step_times[WARMUP_STEPS_EXCLUDED:] or result.step_times
+    # a run resumed at its last step trained nothing now: use the step times it logged
+    times = (result.step_times[WARMUP_STEPS_EXCLUDED:] or result.step_times
+             or [r["step_time_s"] for r in records if "step_time_s" in r])
     cfg = run.train
     val = [b.to(device) for b in eval_batches(result.data.val_tokens, cfg.seq_len, cfg.batch_size, cfg.eval_batches)]
     probe = TokenBatches(result.data.train_tokens, cfg.seq_len, cfg.batch_size, cfg.seed).next_batch().to(device)

@@ -159,12 +159,15 @@ class ModelConfig:
 
 def variant_name(fields: dict) -> str:
     """Display name of a residual variant from ModelConfig fields (residual, num_blocks,
-    exact_conversion), e.g. "block_attnres (N=4)" or "delta_block (N=2) [gate]"."""
+    exact_conversion) and a comparison's query_init, e.g. "block_attnres (N=4)",
+    "delta_block (N=2) [gate]" or "block_attnres (N=8) [q~N(0,0.02)]"."""
     name = fields["residual"]
     if fields.get("num_blocks"):
         name += f" (N={fields['num_blocks']})"
     if fields.get("exact_conversion"):
         name += f" [{fields['exact_conversion']}]"
+    if fields.get("query_init") == "normal":
+        name += " [q~N(0,0.02)]"
     return name
 
 
