@@ -33,10 +33,16 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _run_training(run, args: argparse.Namespace) -> int:
+    from attnres.distributed.env import init_from_env, shutdown
     from attnres.train import train
 
-    result = train(run, resume=args.resume, device=args.device)
-    print(f"done: {run.train.steps} steps, validation loss {result.final_val_loss:.4f}; run in {result.run_dir}")
+    env = init_from_env(args.device)  # under torchrun: join its process group (None otherwise)
+    try:
+        result = train(run, resume=args.resume, device=env.device if env else args.device)
+    finally:
+        shutdown()
+    if env is None or env.is_main:
+        print(f"done: {run.train.steps} steps, validation loss {result.final_val_loss:.4f}; run in {result.run_dir}")
     return 0
 
 
@@ -150,7 +156,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a config value, {example}")
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu or cuda; under torchrun each process takes cuda:LOCAL_RANK (docs/distributed.md)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ from torch.utils.checkpoint import checkpoint
 from attnres.model.config import ModelConfig
 from attnres.model.layers import DecoderLayer, RotaryEmbedding
 from attnres.norm import RMSNorm
-from attnres.residual import ResidualScheme, build_residual
+from attnres.residual import ResidualScheme, StreamState, build_residual
 from attnres.routing import Router
 
 
@@ -82,15 +82,32 @@ class AttnResLM(nn.Module):
         embedding = self.embed_tokens(input_ids)
         rope = self.rotary(positions, embedding.dtype)
         state = self.residual.start(embedding, record_routing=return_routing)
-        for i, layer in enumerate(self.layers):
-            s = 2 * i
-            h = self.residual.sublayer_input(s, state)
-            self.residual.after(s, state, self._sublayer(layer.attention_delta, h, rope, cache, i))
-            h = self.residual.sublayer_input(s + 1, state)
-            self.residual.after(s + 1, state, self._sublayer(layer.mlp_delta, h))
-        logits = self.lm_head(self.norm(self.residual.finish(state)))
+        self.run_sublayers(state, 0, self.config.num_sublayers, rope, cache)
+        logits = self.output_logits(state)
         loss = None if labels is None else next_token_loss(logits, labels)
         return CausalLMOutput(logits=logits, loss=loss, routing=state.routing, cache=cache)
+
+    def run_sublayers(self, state: StreamState, start: int, stop: int, rope: tuple[torch.Tensor, torch.Tensor],
+                      cache=None) -> StreamState:
+        """Advance `state` through sub-layers start .. stop - 1 (even = attention, odd = MLP) in place.
+
+        The one loop over sub-layers: `forward` runs all 2L, a pipeline stage runs its own range on
+        a state rebuilt from what it received. rope: (cos, sin), each (T, head_dim).
+        """
+        for s in range(start, stop):
+            i = s // 2
+            layer = self.layers[i]
+            h = self.residual.sublayer_input(s, state)
+            if s % 2 == 0:
+                delta = self._sublayer(layer.attention_delta, h, rope, cache, i)
+            else:
+                delta = self._sublayer(layer.mlp_delta, h)
+            self.residual.after(s, state, delta)
+        return state
+
+    def output_logits(self, state: StreamState) -> torch.Tensor:
+        """Logits (B, T, V) from the state after the last sub-layer: final router (if any), norm, head."""
+        return self.lm_head(self.norm(self.residual.finish(state)))
 
     def _sublayer(self, function, *args):
         if self.activation_checkpointing and self.training and torch.is_grad_enabled():

@@ -72,11 +72,17 @@ class ResidualScheme(nn.Module):
 
     def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
         """Initial state from the token embedding e (B, T, D)."""
-        return StreamState(
-            stream=None if self.mode == "replace" else embedding,
-            sources=[] if self.mode == "none" else [embedding],
-            routing=[] if record_routing and self.mode != "none" else None,
-            impl=resolve_impl(self.impl, embedding.device), inv_rms=[])
+        return self.resume(None if self.mode == "replace" else embedding,
+                           [] if self.mode == "none" else [embedding], None, record_routing)
+
+    def resume(self, stream: torch.Tensor | None, sources: list[torch.Tensor], partial: torch.Tensor | None,
+               record_routing: bool = False) -> StreamState:
+        """A state part-way through the sub-layers, e.g. rebuilt by a pipeline stage from what it
+        received: x_s (B, T, D) or None in "replace" mode, the completed sources, the partial or None."""
+        device = (stream if stream is not None else sources[0]).device
+        return StreamState(stream=stream, sources=sources, partial=partial,
+                           routing=[] if record_routing and self.mode != "none" else None,
+                           impl=resolve_impl(self.impl, device), inv_rms=[])
 
     def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
         """h_s (B, T, D): what sub-layer s normalises and transforms."""

@@ -9,6 +9,10 @@ Layout of `<run>/checkpoints/step_<N>/`:
                          `AutoModelForCausalLM.from_pretrained(<checkpoint dir>)` loads it (import attnres.hf)
 A checkpoint is built in a hidden temporary directory and renamed into place, so a process killed
 mid-save leaves the previous checkpoints as they were and no half-written one.
+
+Data-parallel runs write the same directories in torch.distributed.checkpoint's format instead of
+the two safetensors files (format DCP_FORMAT; see attnres.distributed.checkpoint). Reading,
+verification and `restore_model` accept both formats.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 FORMAT = "attnres-checkpoint-1"
+DCP_FORMAT = "attnres-dcp-checkpoint-1"  # written by attnres.distributed.checkpoint
 PREFIX = "step_"
 TMP_PREFIX = ".tmp-"
 
@@ -49,6 +54,11 @@ class Checkpoint:
     def run_config(self) -> dict:
         return self.state["run_config"]
 
+    @property
+    def is_dcp(self) -> bool:
+        """Whether the tensors are in torch.distributed.checkpoint files (a data-parallel run's)."""
+        return self.state["format"] == DCP_FORMAT
+
 
 def checkpoint_dirs(root: Path) -> list[Path]:
     """Complete checkpoint directories under `root`, oldest step first."""
@@ -63,12 +73,8 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.op
     """Write checkpoint `step` atomically under `root`, then delete all but the newest `keep`.
 
     hf_config, when given, is written as config.json (see the module docstring)."""
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(TMP_PREFIX + "*"):  # left by a process killed mid-save
-        shutil.rmtree(stale, ignore_errors=True)
-    final = root / f"{PREFIX}{step:08d}"
-    tmp = root / f"{TMP_PREFIX}{final.name}-{os.getpid()}"
-    tmp.mkdir()
+    final = checkpoint_path(root, step)
+    tmp = fresh_tmp_dir(root, f"{TMP_PREFIX}{final.name}-{os.getpid()}")
     save_model(model, str(tmp / "model.safetensors"))
     opt_state = optimizer.state_dict()
     tensors = {f"optim.{pid}.{key}": value.detach().contiguous()
@@ -86,8 +92,32 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.op
                       "scalars": {f"{pid}.{k}": v for pid, e in opt_state["state"].items()
                                   for k, v in e.items() if not isinstance(v, torch.Tensor)}},
         "extra": extra,
-        "files": {name: _file_digest(tmp / name) for name in ("model.safetensors", "trainer.safetensors")},
+        "files": {name: file_digest(tmp / name) for name in ("model.safetensors", "trainer.safetensors")},
     }
+    publish(tmp, final, state, keep, hf_config)
+    return final
+
+
+def checkpoint_path(root: Path, step: int) -> Path:
+    """Where checkpoint `step` lives under `root`: root/step_<8 digits>."""
+    return root / f"{PREFIX}{step:08d}"
+
+
+def fresh_tmp_dir(root: Path, name: str) -> Path:
+    """Create the hidden directory `root/name` a checkpoint is built in, after removing the ones a
+    process killed mid-save left behind. `name` must start with TMP_PREFIX."""
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(TMP_PREFIX + "*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = root / name
+    tmp.mkdir()
+    return tmp
+
+
+def publish(tmp: Path, final: Path, state: dict, keep: int, hf_config: dict | None = None) -> None:
+    """Finish a checkpoint built in `tmp`: write state.json (and config.json), flush everything to disk,
+    rename `tmp` to `final` (replacing an older save of that step), keep the newest `keep`."""
+    root = final.parent
     _write_json(tmp / "state.json", state)
     if hf_config is not None:
         _write_json(tmp / "config.json", hf_config)
@@ -100,11 +130,12 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.op
     _fsync(root)
     for old in checkpoint_dirs(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
-def read_checkpoint(path: Path) -> Checkpoint:
-    """Open and verify a checkpoint directory (state.json parses; file sizes and sha256 match)."""
+def read_checkpoint(path: Path, verify: bool = True) -> Checkpoint:
+    """Open and verify a checkpoint directory (state.json parses; file sizes and sha256 match).
+
+    verify=False skips the digests (a caller that checks them itself, e.g. split over ranks)."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"checkpoint {path} does not exist (expected a directory with state.json)")
@@ -114,26 +145,41 @@ def read_checkpoint(path: Path) -> Checkpoint:
         raise CheckpointError(f"checkpoint {path} is incomplete: state.json is missing") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise CheckpointError(f"checkpoint {path} is corrupt: state.json does not parse ({error})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {path} is not an attnres checkpoint (format {FORMAT!r} expected)")
-    for name, expected in state["files"].items():
-        file = path / name
-        if not file.is_file():
-            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
-        if _file_digest(file) != expected:
-            raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its recorded "
-                                  f"size and sha256")
+    if not isinstance(state, dict) or state.get("format") not in (FORMAT, DCP_FORMAT):
+        raise CheckpointError(f"checkpoint {path} is not an attnres checkpoint (format {FORMAT!r} or "
+                              f"{DCP_FORMAT!r} expected)")
+    if verify:
+        verify_files(path, state["files"], sorted(state["files"]))
     return Checkpoint(path, state)
 
 
-def latest_checkpoint(root: Path) -> Checkpoint | None:
-    """The newest complete checkpoint under `root`, verified; None when there is none."""
+def verify_files(path: Path, files: dict, names: list[str]) -> None:
+    """Check that each of `names` in checkpoint `path` exists with the size and sha256 recorded in
+    `files` (state.json's "files"); raise CheckpointError naming the first that does not."""
+    for name in names:
+        file = path / name
+        if not file.is_file():
+            raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
+        if file_digest(file) != files[name]:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its recorded "
+                                  f"size and sha256")
+
+
+def latest_checkpoint(root: Path, verify: bool = True) -> Checkpoint | None:
+    """The newest complete checkpoint under `root`, verified (unless verify=False); None when there is none."""
     dirs = checkpoint_dirs(root)
-    return read_checkpoint(dirs[-1]) if dirs else None
+    return read_checkpoint(dirs[-1], verify) if dirs else None
 
 
 def restore_model(checkpoint: Checkpoint, model: nn.Module) -> None:
-    """Load the checkpoint's weights into `model` (strict: every name and shape must match)."""
+    """Load the checkpoint's weights into `model` (strict: every name and shape must match).
+
+    `model` is a plain (not sharded) module; a data-parallel run's checkpoint is read whole."""
+    if checkpoint.is_dcp:
+        from attnres.distributed.checkpoint import load_model_state  # torch.distributed only when needed
+
+        load_model_state(checkpoint, model)
+        return
     try:
         missing, unexpected = load_model(model, str(checkpoint.path / "model.safetensors"), strict=False)
     except (SafetensorError, RuntimeError) as error:
@@ -166,7 +212,8 @@ def restore_training(checkpoint: Checkpoint, optimizer: torch.optim.Optimizer, s
         torch.cuda.set_rng_state_all(cuda_states)
 
 
-def _file_digest(path: Path) -> dict:
+def file_digest(path: Path) -> dict:
+    """{"bytes": size, "sha256": hex digest} of a file, as state.json records it."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):

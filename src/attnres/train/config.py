@@ -7,6 +7,7 @@ from dataclasses import dataclass
 SCHEDULES = ("cosine", "wsd", "constant")
 QUERY_INITS = ("zero", "normal")
 PRECISIONS = ("bf16", "fp32")
+PARALLEL_MODES = ("auto", "none", "ddp", "fsdp")
 
 
 class TrainConfigError(ValueError):
@@ -27,6 +28,10 @@ class TrainConfig:
     each sub-layer in backward (less memory, about one more forward of compute).
     query_init "normal" re-draws router queries from N(0, 0.02) at the start of a run (what public
     research code does by accident; both papers initialise them to zero, the default).
+    parallel (under torchrun; see docs/distributed.md): "ddp" (DistributedDataParallel), "fsdp"
+    (FSDP2: parameters, gradients and optimizer state sharded), "none" (one process), or "auto"
+    (ddp with more than one process, else none). batch_size stays the global batch of a
+    micro-step: each of W ranks trains on batch_size / W of its rows.
     """
 
     steps: int = 1000
@@ -57,6 +62,7 @@ class TrainConfig:
     keep_checkpoints: int = 2
     progress: bool = True
     tensorboard: bool = True
+    parallel: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "seq_len", "eval_every", "log_every",
@@ -87,6 +93,8 @@ class TrainConfig:
             raise TrainConfigError(f"TrainConfig.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
         if self.query_init not in QUERY_INITS:
             raise TrainConfigError(f"TrainConfig.query_init must be one of {list(QUERY_INITS)}, got {self.query_init!r}")
+        if self.parallel not in PARALLEL_MODES:
+            raise TrainConfigError(f"TrainConfig.parallel must be one of {list(PARALLEL_MODES)}, got {self.parallel!r}")
         if self.precision not in PRECISIONS:
             raise TrainConfigError(f"TrainConfig.precision must be one of {list(PRECISIONS)}, got {self.precision!r}")
         for name in ("compile", "activation_checkpointing", "progress", "tensorboard"):

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data
+from attnres.distributed.env import Silent, all_reduce_mean, current_env, is_main, main_first
 from attnres.model import AttnResLM
 from attnres.train.checkpoint import (CheckpointError, checkpoint_dirs, latest_checkpoint, restore_model,
                                       restore_training, save_checkpoint)
@@ -74,20 +75,33 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
     Writes into run.out_dir: metrics.jsonl, tensorboard/, tokenizer/, checkpoints/step_N/, config.yaml.
     Raises TrainingError on a non-finite loss (nothing is saved for that step; the last good
     checkpoint stays) and CheckpointError for a corrupt or mismatched checkpoint.
+
+    Inside an initialised process group (torchrun; see attnres.distributed) every rank calls this:
+    train.parallel picks DDP or FSDP2, each rank trains on its rows of every global batch, rank 0
+    alone writes logs and metrics, and checkpoints are distributed (DCP). Resuming reads either
+    checkpoint format at any world size.
     """
+    from attnres.distributed.data_parallel import local_rows, resolve_parallel, wrap_model
+
     device = torch.device(device)
     cfg = run.train
+    env = current_env(device)
+    parallel_mode = resolve_parallel(cfg, env)
+    main = is_main()
+    log = log if main else _quiet
     run_dir = Path(run.out_dir)
     ckpt_root = run_dir / "checkpoints"
     checkpoint = _checkpoint_to_resume(run, ckpt_root) if resume else None
     if not resume and checkpoint_dirs(ckpt_root):
         raise TrainingError(f"{run_dir} already holds checkpoints; pass --resume to continue that run or "
                             f"choose another out_dir")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_config(run, run_dir)
+    if main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _write_config(run, run_dir)
     torch.use_deterministic_algorithms(True, warn_only=True)
 
-    data = prepare_data(run.data, run_dir=run_dir)
+    # Rank 0 fills the token cache and writes the tokenizer; the other ranks then read the cache.
+    data = main_first(lambda: prepare_data(run.data, run_dir=run_dir if main else None))
     model = build_model(run, data.tokenizer.vocab_size, device)
     if data.tokenizer.vocab_size > model.config.vocab_size:
         raise RunConfigError(f"the tokenizer has {data.tokenizer.vocab_size} tokens but the model only "
@@ -97,35 +111,48 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
             load_initial_weights(model, run.init_from)
         if cfg.query_init == "normal":
             draw_normal_queries(model)
+    else:
+        restore_model(checkpoint, model)  # whole weights, before sharding: any format, any world size
+    parallel = wrap_model(model, cfg, parallel_mode, env)
     optimizer = build_optimizer(model, cfg)
     scheduler = build_scheduler(optimizer, cfg)
     loader = TokenBatches(data.train_tokens, cfg.seq_len, cfg.batch_size, cfg.seed)
-    val_batches = [b.to(device) for b in eval_batches(data.val_tokens, cfg.seq_len, cfg.batch_size, cfg.eval_batches)]
+    # Validation: each rank its rows of every batch, losses averaged; diagnostics: whole batches.
+    full_val = [b.to(device) for b in eval_batches(data.val_tokens, cfg.seq_len, cfg.batch_size, cfg.eval_batches)]
+    val_batches = [local_rows(b, env) for b in full_val]
     step = 0
     if checkpoint is not None:
-        restore_model(checkpoint, model)
-        restore_training(checkpoint, optimizer, scheduler)
+        if parallel_mode == "none" and not checkpoint.is_dcp:
+            restore_training(checkpoint, optimizer, scheduler)
+        else:
+            from attnres.distributed.checkpoint import restore_training_state
+
+            restore_training_state(checkpoint, model, optimizer, scheduler)
         loader.load_state_dict(checkpoint.state["extra"]["data"])
         step = checkpoint.step
         log(f"resumed from {checkpoint.path} at step {step}")
-    metrics = MetricsLogger(run_dir, cfg.tensorboard, resume_step=step if checkpoint is not None else None)
-    forward = torch.compile(model) if cfg.compile else model
+    metrics = (MetricsLogger(run_dir, cfg.tensorboard, resume_step=step if checkpoint is not None else None)
+               if main else Silent())
+    forward = torch.compile(parallel.forward) if cfg.compile else parallel.forward
     step_times: list[float] = []
     last_saved = checkpoint.path if checkpoint is not None else None
-    progress = _progress_bar(cfg, step)
+    progress = _progress_bar(cfg, step, enabled=main)
     val_loss = math.nan
     try:
         model.train()
         while step < cfg.steps:
             start = time.perf_counter()
             loss_sum = 0.0
-            for _ in range(cfg.grad_accum):
-                batch = loader.next_batch().to(device)
-                with autocast_context(device, cfg.precision):
-                    loss = forward(batch, labels=batch).loss / cfg.grad_accum
-                loss.backward()
+            for micro in range(cfg.grad_accum):
+                batch = local_rows(loader.next_batch(), env).to(device)
+                with parallel.gradient_sync(micro == cfg.grad_accum - 1):
+                    with autocast_context(device, cfg.precision):
+                        loss = forward(batch, labels=batch).loss / cfg.grad_accum
+                    loss.backward()
                 loss_sum += float(loss.detach())
-            grad_norm = _clip(model, cfg)
+            parallel.finish_gradients()
+            loss_sum = all_reduce_mean(loss_sum)  # the global batch's loss, the same on every rank
+            grad_norm = parallel.clip_grad_norm(cfg.grad_clip)  # the global norm
             if not math.isfinite(loss_sum) or not math.isfinite(grad_norm):
                 what = "loss" if not math.isfinite(loss_sum) else "gradient norm"
                 value = loss_sum if what == "loss" else grad_norm
@@ -141,28 +168,46 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
             record = {"step": step, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed,
                       "tokens_per_s": cfg.tokens_per_step / elapsed, "tokens": step * cfg.tokens_per_step}
             if step % cfg.eval_every == 0 or step == cfg.steps:
-                val_loss = evaluate(model, val_batches, cfg.precision)
+                val_loss = all_reduce_mean(evaluate(model, val_batches, cfg.precision))
                 record.update(val_loss=val_loss, val_ppl=math.exp(min(val_loss, 50.0)))
             if cfg.diagnostics_every is not None and (step % cfg.diagnostics_every == 0 or step == cfg.steps):
-                record.update(routing_diagnostics(model, val_batches[:cfg.diagnostics_batches]))
+                # FSDP's bf16 sub-layer weights need autocast to meet the fp32 stream.
+                with autocast_context(device, cfg.precision) if parallel_mode == "fsdp" else nullcontext():
+                    record.update(routing_diagnostics(model, full_val[:cfg.diagnostics_batches]))
             if step % cfg.log_every == 0 or step == 1 or "val_loss" in record or "diag/hidden_rms" in record:
                 metrics.log(record)
             progress.update(1)
             progress.set_postfix(loss=f"{loss_sum:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-                last_saved = save_checkpoint(ckpt_root, step, model, optimizer, scheduler, run.to_dict(),
-                                             {"data": loader.state_dict()}, cfg.keep_checkpoints,
-                                             hf_config=model.config.to_hf_dict())
+                last_saved = _save(ckpt_root, step, model, optimizer, scheduler, run, loader, parallel_mode)
     finally:
         progress.close()
         metrics.close()
     if math.isnan(val_loss):  # resumed at the last step: nothing was trained, evaluate anyway
-        val_loss = evaluate(model, val_batches, cfg.precision)
+        val_loss = all_reduce_mean(evaluate(model, val_batches, cfg.precision))
     return TrainResult(run_dir, model, data, val_loss, step_times)
 
 
+def _save(root: Path, step: int, model: AttnResLM, optimizer, scheduler, run: RunConfig, loader: TokenBatches,
+          parallel_mode: str) -> Path:
+    """A single-process checkpoint (safetensors), or with DDP/FSDP a distributed one from every rank."""
+    extra = {"data": loader.state_dict()}
+    if parallel_mode == "none":
+        return save_checkpoint(root, step, model, optimizer, scheduler, run.to_dict(), extra,
+                               run.train.keep_checkpoints, hf_config=model.config.to_hf_dict())
+    from attnres.distributed.checkpoint import save_dcp_checkpoint
+
+    return save_dcp_checkpoint(root, step, model, optimizer, scheduler, run.to_dict(), extra,
+                               run.train.keep_checkpoints, parallel_mode)
+
+
 def _checkpoint_to_resume(run: RunConfig, ckpt_root: Path):
-    checkpoint = latest_checkpoint(ckpt_root)
+    if current_env() is None:
+        checkpoint = latest_checkpoint(ckpt_root)
+    else:  # every rank needs it; the hashing is shared out
+        from attnres.distributed.checkpoint import latest_checkpoint_shared
+
+        checkpoint = latest_checkpoint_shared(ckpt_root)
     if checkpoint is None:
         raise CheckpointError(f"nothing to resume: no checkpoint under {ckpt_root}")
     check_compatible(checkpoint.run_config, run)
@@ -186,17 +231,15 @@ def check_compatible(saved: dict, run: RunConfig) -> None:
         raise CheckpointError("the checkpoint does not match this config: " + "; ".join(differences))
 
 
-def _clip(model: AttnResLM, cfg: TrainConfig) -> float:
-    params = [p for p in model.parameters() if p.grad is not None]
-    max_norm = cfg.grad_clip if cfg.grad_clip is not None else float("inf")
-    return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-
-
-def _progress_bar(cfg: TrainConfig, initial: int):
+def _progress_bar(cfg: TrainConfig, initial: int, enabled: bool = True):
     from tqdm.auto import tqdm
 
-    return tqdm(total=cfg.steps, initial=initial, disable=not cfg.progress, unit="step", dynamic_ncols=True,
-                desc="train")
+    return tqdm(total=cfg.steps, initial=initial, disable=not (cfg.progress and enabled), unit="step",
+                dynamic_ncols=True, desc="train")
+
+
+def _quiet(*args, **kwargs) -> None:
+    """`log` on ranks other than 0."""
 
 
 def _write_config(run: RunConfig, run_dir: Path) -> None:

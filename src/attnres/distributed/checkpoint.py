@@ -1,0 +1,203 @@
+"""Distributed checkpoints: model and optimizer tensors in torch.distributed.checkpoint (DCP) files.
+
+A data-parallel run writes `<run>/checkpoints/step_N/` as:
+  .metadata, __<rank>_<i>.distcp   DCP files: "model.<name>" (every parameter and buffer by its
+                                   name, tied ones under both names), "optim.<name>.<step|exp_avg|
+                                   exp_avg_sq>" (AdamW state by parameter name), "rng.torch"
+  state.json                       format DCP_FORMAT, step, run config, scheduler, data position,
+                                   optimizer hyper-parameters (param_groups by parameter name), the
+                                   writer's world size and parallel kind, size and sha256 of each file
+Tensors are stored by name and global shape, so DCP re-shards them on load: for FSDP on any number
+of ranks, for DDP, and for a single process (`attnres eval`, `--resume` without torchrun).
+
+Like the single-process format the directory is built in a hidden temporary directory and renamed
+by rank 0 after every rank has written its files. Only tensors go into the DCP files (no pickled
+Python objects), and `.metadata` is read with an unpickler that admits only DCP's metadata classes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+from safetensors.torch import load_file
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
+                                                     set_optimizer_state_dict)
+
+from attnres.distributed.env import all_gather_objects, barrier, current_env, is_main
+from attnres.train.checkpoint import (DCP_FORMAT, TMP_PREFIX, Checkpoint, CheckpointError, checkpoint_path,
+                                      file_digest, fresh_tmp_dir, latest_checkpoint, publish, restore_training,
+                                      verify_files)
+
+
+def save_dcp_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+                        run_config: dict, extra: dict, keep: int, parallel: str) -> Path:
+    """Write checkpoint `step` under `root` from every rank (a collective: all ranks call it), then
+    keep the newest `keep`. `model` is the AttnResLM (FSDP-sharded or DDP's inner module)."""
+    final = checkpoint_path(root, step)
+    tmp = root / f"{TMP_PREFIX}{final.name}-dcp"  # one name for all ranks (pids differ)
+    if is_main():
+        fresh_tmp_dir(root, tmp.name)
+    barrier()
+    model_state, optim_state = get_state_dict(model, optimizer)  # local shards, nothing gathered
+    dcp.save({"model": model_state, "optim": optim_state["state"], "rng": {"torch": torch.get_rng_state()}},
+             checkpoint_id=tmp)
+    files = _digests_split_over_ranks(tmp, sorted(p.name for p in tmp.iterdir()))
+    if is_main():
+        env = current_env()
+        state = {"format": DCP_FORMAT, "step": step, "run_config": run_config,
+                 "scheduler": scheduler.state_dict(), "optimizer": {"param_groups": optim_state["param_groups"]},
+                 "extra": extra, "world_size": env.world_size if env else 1, "parallel": parallel, "files": files}
+        publish(tmp, final, state, keep)
+    barrier()  # nobody moves on (or saves again) before the checkpoint is in place
+    return final
+
+
+def latest_checkpoint_shared(root: Path) -> Checkpoint | None:
+    """latest_checkpoint with the digest checks shared out: rank r hashes files r, r + W, ...
+    The same result, or the same CheckpointError, on every rank."""
+    checkpoint = latest_checkpoint(root, verify=False)
+    if checkpoint is not None:
+        env = current_env()
+        names = sorted(checkpoint.state["files"])
+        mine = names[env.rank::env.world_size] if env else names
+        try:
+            verify_files(checkpoint.path, checkpoint.state["files"], mine)
+            problem = None
+        except CheckpointError as error:
+            problem = str(error)
+        problems = [p for p in all_gather_objects(problem) if p is not None]
+        if problems:
+            raise CheckpointError(problems[0])
+    return checkpoint
+
+
+def load_model_state(checkpoint: Checkpoint, model: nn.Module) -> None:
+    """Load a DCP checkpoint's weights into a plain (unsharded) `model`; every name and shape must
+    match. A collective when a process group is initialised (every rank reads the whole model)."""
+    state = model.state_dict()  # tensors share storage with the parameters: DCP loads in place
+    saved = {key.removeprefix("model."): meta for key, meta in _read_metadata(checkpoint).state_dict_metadata.items()
+             if key.startswith("model.")}
+    missing, unexpected = sorted(set(state) - set(saved)), sorted(set(saved) - set(state))
+    if missing or unexpected:
+        raise CheckpointError(f"checkpoint {checkpoint.path} does not fit this model: missing {missing}, "
+                              f"unexpected {unexpected}")
+    wrong = [f"{name}: checkpoint {tuple(saved[name].size)}, model {tuple(tensor.shape)}"
+             for name, tensor in state.items() if tuple(saved[name].size) != tuple(tensor.shape)]
+    if wrong:
+        raise CheckpointError(f"checkpoint {checkpoint.path} does not fit this model: " + "; ".join(wrong))
+    _load(checkpoint, {"model": state})
+
+
+def restore_training_state(checkpoint: Checkpoint, model: nn.Module, optimizer: torch.optim.Optimizer,
+                           scheduler) -> None:
+    """Optimizer moments, scheduler position and RNG state from a checkpoint of either format into
+    the optimizer of `model` (plain, DDP's inner module or FSDP-sharded), at any world size."""
+    from torch.distributed.tensor import DTensor
+
+    if checkpoint.is_dcp:
+        current = get_optimizer_state_dict(model, optimizer)  # the structure to fill, sharded as now
+        request = {"optim": current["state"], "rng": {"torch": torch.get_rng_state()}}
+        _load(checkpoint, request)
+        full = False
+        optim_state = {"state": request["optim"], "param_groups": checkpoint.state["optimizer"]["param_groups"]}
+        rng = request["rng"]["torch"]
+    elif not any(isinstance(p, DTensor) for p in model.parameters()):
+        restore_training(checkpoint, optimizer, scheduler)  # whole parameters: the single-process reader
+        return
+    else:  # a single-process checkpoint into sharded parameters: by name, whole tensors, sharded on load
+        optim_state, rng = _named_optimizer_state(checkpoint, model, optimizer)
+        full = True
+    try:
+        set_optimizer_state_dict(model, optimizer, optim_state, options=StateDictOptions(full_state_dict=full))
+    except (KeyError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint.path}: optimizer state does not fit: {error}") from None
+    scheduler.load_state_dict(checkpoint.state["scheduler"])
+    torch.set_rng_state(rng)
+
+
+def _named_optimizer_state(checkpoint: Checkpoint, model: nn.Module, optimizer: torch.optim.Optimizer):
+    """trainer.safetensors (state keyed by position in the optimizer) keyed by parameter name instead."""
+    tensors = load_file(str(checkpoint.path / "trainer.safetensors"))
+    names = {id(p): name for name, p in model.named_parameters()}
+    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    saved = checkpoint.state["optimizer"]
+    state: dict[str, dict] = {}
+    entries = [(key.removeprefix("optim."), value) for key, value in tensors.items() if key.startswith("optim.")]
+    for key, value in entries + list(saved["scalars"].items()):
+        pid, name = key.split(".", 1)
+        state.setdefault(order[int(pid)], {})[name] = value
+    groups = [{**group, "params": [order[pid] for pid in group["params"]]} for group in saved["param_groups"]]
+    return {"state": state, "param_groups": groups}, tensors["rng.torch"]
+
+
+def _load(checkpoint: Checkpoint, state: dict) -> None:
+    try:
+        with warnings.catch_warnings():  # a single-process load is intended, not a mistake to warn of
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load(state, checkpoint_id=checkpoint.path, storage_reader=_SafeReader(checkpoint.path))
+    except CheckpointError:
+        raise
+    except Exception as error:  # noqa: BLE001  (DCP wraps per-rank failures in its own exception types)
+        raise CheckpointError(f"checkpoint {checkpoint.path} could not be loaded: {error}") from None
+
+
+def _digests_split_over_ranks(directory: Path, names: list[str]) -> dict:
+    """{name: digest} of every file, each hashed by one rank (r hashes names r, r + W, ...)."""
+    env = current_env()
+    mine = names[env.rank::env.world_size] if env else names
+    merged: dict = {}
+    for part in all_gather_objects({name: file_digest(directory / name) for name in mine}):
+        merged.update(part)
+    return dict(sorted(merged.items()))
+
+
+# What DCP's .metadata pickle may name: its own metadata records, torch sizes, dtypes and layouts,
+# and paths. Anything else (a crafted file) is refused instead of executed.
+_METADATA_CLASSES = {
+    "torch.distributed.checkpoint.metadata": {"Metadata", "MetadataIndex", "ChunkStorageMetadata",
+                                              "TensorProperties", "TensorStorageMetadata", "BytesStorageMetadata",
+                                              "StorageMeta", "_MEM_FORMAT_ENCODING"},
+    "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+    "torch.serialization": {"_get_layout"},
+    "torch": {"Size"},
+    "pathlib": {"Path", "PosixPath", "WindowsPath", "PurePath", "PurePosixPath", "PureWindowsPath"},
+    "collections": {"OrderedDict"},
+}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        allowed = name in _METADATA_CLASSES.get(module, ())
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            allowed = True
+        if not allowed:
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of DCP metadata")
+        return super().find_class(module, name)
+
+
+class _SafeReader(dcp.FileSystemReader):
+    """DCP's file reader, but `.metadata` is first unpickled with _MetadataUnpickler."""
+
+    def read_metadata(self, *args, **kwargs):
+        _read_metadata_file(Path(self.path) / ".metadata")  # raises before anything unsafe is unpickled
+        return super().read_metadata(*args, **kwargs)
+
+
+def _read_metadata(checkpoint: Checkpoint):
+    return _read_metadata_file(checkpoint.path / ".metadata")
+
+
+def _read_metadata_file(path: Path):
+    try:
+        with open(path, "rb") as handle:
+            return _MetadataUnpickler(handle).load()
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path.parent} is incomplete: .metadata is missing") from None
+    except (pickle.UnpicklingError, EOFError, AttributeError, ValueError, TypeError) as error:
+        raise CheckpointError(f"checkpoint {path.parent} is corrupt: .metadata does not read as DCP "
+                              f"metadata ({error})") from None
