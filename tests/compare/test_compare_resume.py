@@ -66,6 +66,11 @@ def test_shards_split_the_runs_and_a_last_call_reuses_them(preset, tmp_path, mon
     # seed-major order (standard 0, block 0, standard 1, block 1): shard 0 took positions 0 and 2
     assert [r.split("/cmp/runs/")[1] for r, _ in trained[:2]] == ["standard/seed0", "standard/seed1"]
     trained.clear()
+    # a record written before a config field existed still matches (the field takes its default)
+    record_path = out / "runs" / "standard" / "seed0" / RECORD_FILE
+    saved = json.loads(record_path.read_text())
+    del saved["run"]["train"]["query_init"]
+    record_path.write_text(json.dumps(saved))
     results = run_compare(preset, out, log=lambda *_: None)
     assert trained == []  # everything was reused
     records = {v["name"]: [r["final_val_loss"] for r in v["runs"]] for v in results["variants"]}

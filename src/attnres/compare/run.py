@@ -20,7 +20,7 @@ from attnres.train.loop import train
 from attnres.train.memory import measure_step_memory
 from attnres.train.checkpoint import checkpoint_dirs
 from attnres.train.metrics import read_metrics
-from attnres.train.run_config import RunConfigError
+from attnres.train.run_config import RunConfig, RunConfigError
 
 WARMUP_STEPS_EXCLUDED = 3  # first steps pay one-off costs (allocation, caches)
 
@@ -95,6 +95,10 @@ def _finished_record(run) -> dict | None:
         settings, record = saved["run"], saved["record"]
     except (ValueError, KeyError, TypeError) as error:
         raise RunConfigError(f"{path} is unreadable ({error}); delete it to train that run again") from None
+    try:  # through RunConfig: a field added since the record was written takes its default
+        settings = RunConfig.from_dict(settings).to_dict()
+    except (ValueError, TypeError):
+        pass  # settings this version cannot read: they differ
     if settings != run.to_dict():
         raise RunConfigError(f"{run.out_dir} holds a run with other settings; choose another --out or delete it")
     return record
