@@ -100,7 +100,7 @@ def test_resolve_parallel_errors(parallel, env, pattern):
 def test_parallel_field_is_validated():
     assert TrainConfig().parallel == "auto"
     with pytest.raises(TrainConfigError, match=r"TrainConfig.parallel must be one of \['auto', 'none', 'ddp', "
-                                               r"'fsdp'\], got 'zero'"):
+                                               r"'fsdp', 'pipeline'\], got 'zero'"):
         TrainConfig(parallel="zero")
 
 

@@ -32,12 +32,15 @@ from attnres.distributed.env import all_gather_objects, barrier, current_env, is
 from attnres.train.checkpoint import (DCP_FORMAT, TMP_PREFIX, Checkpoint, CheckpointError, checkpoint_path,
                                       file_digest, fresh_tmp_dir, latest_checkpoint, publish, restore_training,
                                       verify_files)
+from attnres.train.optim import parameter_groups
 
 
 def save_dcp_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
                         run_config: dict, extra: dict, keep: int, parallel: str) -> Path:
     """Write checkpoint `step` under `root` from every rank (a collective: all ranks call it), then
-    keep the newest `keep`. `model` is the AttnResLM (FSDP-sharded or DDP's inner module)."""
+    keep the newest `keep`. `model` is the AttnResLM (FSDP-sharded, DDP's inner module, or whole
+    and current on every rank under a pipeline). Each rank's optimizer may hold its own subset of
+    the parameters (pipeline stages): each saves the state it has, and state.json lists the union."""
     final = checkpoint_path(root, step)
     tmp = root / f"{TMP_PREFIX}{final.name}-dcp"  # one name for all ranks (pids differ)
     if is_main():
@@ -47,10 +50,11 @@ def save_dcp_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torc
     dcp.save({"model": model_state, "optim": optim_state["state"], "rng": {"torch": torch.get_rng_state()}},
              checkpoint_id=tmp)
     files = _digests_split_over_ranks(tmp, sorted(p.name for p in tmp.iterdir()))
+    param_groups = _merged_param_groups(optim_state["param_groups"])
     if is_main():
         env = current_env()
         state = {"format": DCP_FORMAT, "step": step, "run_config": run_config,
-                 "scheduler": scheduler.state_dict(), "optimizer": {"param_groups": optim_state["param_groups"]},
+                 "scheduler": scheduler.state_dict(), "optimizer": {"param_groups": param_groups},
                  "extra": extra, "world_size": env.world_size if env else 1, "parallel": parallel, "files": files}
         publish(tmp, final, state, keep)
     barrier()  # nobody moves on (or saves again) before the checkpoint is in place
@@ -96,7 +100,8 @@ def load_model_state(checkpoint: Checkpoint, model: nn.Module) -> None:
 def restore_training_state(checkpoint: Checkpoint, model: nn.Module, optimizer: torch.optim.Optimizer,
                            scheduler) -> None:
     """Optimizer moments, scheduler position and RNG state from a checkpoint of either format into
-    the optimizer of `model` (plain, DDP's inner module or FSDP-sharded), at any world size."""
+    the optimizer of `model` (plain, DDP's inner module or FSDP-sharded), at any world size. An
+    optimizer over part of the model (a pipeline rank's stages) takes the state of its parameters."""
     from torch.distributed.tensor import DTensor
 
     if checkpoint.is_dcp:
@@ -106,11 +111,11 @@ def restore_training_state(checkpoint: Checkpoint, model: nn.Module, optimizer: 
         full = False
         optim_state = {"state": request["optim"], "param_groups": checkpoint.state["optimizer"]["param_groups"]}
         rng = request["rng"]["torch"]
-    elif not any(isinstance(p, DTensor) for p in model.parameters()):
+    elif not any(isinstance(p, DTensor) for p in model.parameters()) and _holds_every_parameter(model, optimizer):
         restore_training(checkpoint, optimizer, scheduler)  # whole parameters: the single-process reader
         return
-    else:  # a single-process checkpoint into sharded parameters: by name, whole tensors, sharded on load
-        optim_state, rng = _named_optimizer_state(checkpoint, model, optimizer)
+    else:  # a single-process checkpoint into sharded parameters or part of the model: by name, whole tensors
+        optim_state, rng = _named_optimizer_state(checkpoint, model)
         full = True
     try:
         set_optimizer_state_dict(model, optimizer, optim_state, options=StateDictOptions(full_state_dict=full))
@@ -120,12 +125,15 @@ def restore_training_state(checkpoint: Checkpoint, model: nn.Module, optimizer: 
     torch.set_rng_state(rng)
 
 
-def _named_optimizer_state(checkpoint: Checkpoint, model: nn.Module, optimizer: torch.optim.Optimizer):
-    """trainer.safetensors (state keyed by position in the optimizer) keyed by parameter name instead."""
+def _named_optimizer_state(checkpoint: Checkpoint, model: nn.Module):
+    """trainer.safetensors (state keyed by position in the optimizer) keyed by parameter name instead.
+
+    The single-process writer's optimizer held every parameter, grouped by `parameter_groups`; its
+    positions are recovered from that grouping, whatever part of the model this rank's optimizer holds."""
     tensors = load_file(str(checkpoint.path / "trainer.safetensors"))
-    names = {id(p): name for name, p in model.named_parameters()}
-    order = [names[id(p)] for group in optimizer.param_groups for p in group["params"]]
     saved = checkpoint.state["optimizer"]
+    grouped = parameter_groups(model)
+    order = [name for group in saved["param_groups"] for name, _ in grouped.get(group.get("name"), [])]
     state: dict[str, dict] = {}
     entries = [(key.removeprefix("optim."), value) for key, value in tensors.items() if key.startswith("optim.")]
     for key, value in entries + list(saved["scalars"].items()):
@@ -133,6 +141,24 @@ def _named_optimizer_state(checkpoint: Checkpoint, model: nn.Module, optimizer: 
         state.setdefault(order[int(pid)], {})[name] = value
     groups = [{**group, "params": [order[pid] for pid in group["params"]]} for group in saved["param_groups"]]
     return {"state": state, "param_groups": groups}, tensors["rng.torch"]
+
+
+def _holds_every_parameter(model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `optimizer` updates every parameter of `model` (so state saved by position fits it)."""
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    return all(id(p) in held for p in model.parameters())
+
+
+def _merged_param_groups(groups: list[dict]) -> list[dict]:
+    """Every rank's param_groups (parameters by name) merged by group name: each group with the
+    union of its parameters, in rank order (a collective). Ranks that hold the same parameters
+    (DDP, FSDP) get their own groups back."""
+    merged: dict[str, dict] = {}
+    for rank_groups in all_gather_objects(groups):
+        for group in rank_groups:
+            into = merged.setdefault(group.get("name", len(merged)), {**group, "params": []})
+            into["params"] += [name for name in group["params"] if name not in into["params"]]
+    return list(merged.values())
 
 
 def _load(checkpoint: Checkpoint, state: dict) -> None:

@@ -21,8 +21,8 @@ from attnres.train.config import TrainConfig, TrainConfigError
 
 
 def resolve_parallel(cfg: TrainConfig, env: DistributedEnv | None) -> str:
-    """The kind of parallelism of this run, "none", "ddp" or "fsdp": train.parallel with "auto"
-    resolved (ddp when launched on more than one process, else none) and checked against the launch."""
+    """The kind of parallelism of this run, "none", "ddp", "fsdp" or "pipeline": train.parallel with
+    "auto" resolved (ddp when launched on more than one process, else none) and checked against the launch."""
     mode = cfg.parallel
     if mode == "auto":
         mode = "ddp" if env is not None and env.world_size > 1 else "none"
@@ -34,6 +34,11 @@ def resolve_parallel(cfg: TrainConfig, env: DistributedEnv | None) -> str:
     if mode == "none" and env.world_size > 1:
         raise TrainConfigError(f"train.parallel='none' with {env.world_size} processes would train "
                                f"{env.world_size} copies side by side; use 'ddp', 'fsdp' or 'auto'")
+    if mode == "pipeline":  # every rank takes whole batches; the micro-batch split is TrainConfig's check
+        if env.world_size < 2:
+            raise TrainConfigError("train.parallel='pipeline' needs at least 2 processes (each runs one or more "
+                                   "stages); launch with `torchrun --nproc_per_node=N` with N >= 2")
+        return mode
     if cfg.batch_size % env.world_size:
         raise TrainConfigError(f"train.batch_size={cfg.batch_size} (the global batch) must be divisible by the "
                                f"world size {env.world_size}: each rank takes batch_size / world_size rows")
@@ -64,6 +69,21 @@ class ParallelModel:
     forward: nn.Module
     mode: str = "none"
     replicated: list[nn.Parameter] = field(default_factory=list)
+
+    # A method `train_step(next_batch) -> loss` in a wrapper whose schedule runs forward and backward
+    # itself (the pipeline's); None: the loop runs its own micro-steps through `forward`.
+    train_step = None
+
+    def trained_parameter_names(self) -> list[str] | None:
+        """Names of the parameters this rank's optimizer updates; None: all of them."""
+        return None
+
+    def sync_parameters(self) -> None:
+        """Make every rank's whole model current before evaluating or saving (data parallel: it is)."""
+
+    def step_metrics(self) -> dict:
+        """Extra numbers of the last step for metrics.jsonl (none here)."""
+        return {}
 
     def gradient_sync(self, enabled: bool):
         """Context for one micro-step's backward: DDP skips its all-reduce unless `enabled` (the last
@@ -116,9 +136,14 @@ def wrap_model(model: AttnResLM, cfg: TrainConfig, mode: str, env: DistributedEn
     the sub-layer units gather and compute in bf16 and reduce gradients in fp32; the root keeps fp32
     so the residual stream and block sums accumulate in fp32, as single-process autocast does.
     Activation checkpointing is the model's own (per sub-layer, `train.activation_checkpointing`).
+    pipeline: stages over the ranks (`attnres.distributed.pipeline_train.PipelineParallel`).
     """
     if mode == "none":
         return ParallelModel(model, model)
+    if mode == "pipeline":
+        from attnres.distributed.pipeline_train import wrap_pipeline
+
+        return wrap_pipeline(model, cfg)
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 

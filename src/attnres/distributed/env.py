@@ -84,9 +84,25 @@ def all_reduce_mean(value: float) -> float:
     """The mean of `value` over ranks (itself in a single process), identical on every rank."""
     if not (dist.is_available() and dist.is_initialized()):
         return value
+    return all_reduce_sum(value) / dist.get_world_size()
+
+
+def all_reduce_sum(value: float) -> float:
+    """The sum of `value` over ranks, in float64 (itself in a single process), identical on every rank."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
     tensor = torch.tensor([value], dtype=torch.float64, device=_collective_device())
     dist.all_reduce(tensor)
-    return float(tensor) / dist.get_world_size()
+    return float(tensor)
+
+
+def broadcast_value(value: float, src: int) -> float:
+    """Rank `src`'s `value` on every rank (itself in a single process); the others' values are ignored."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    tensor = torch.tensor([value], dtype=torch.float64, device=_collective_device())
+    dist.broadcast(tensor, src=src)
+    return float(tensor)
 
 
 def all_gather_objects(value) -> list:

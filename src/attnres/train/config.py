@@ -2,16 +2,70 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+
+from attnres.distributed.pipeline_layout import PipelineConfig, PipelineConfigError
 
 SCHEDULES = ("cosine", "wsd", "constant")
 QUERY_INITS = ("zero", "normal")
 PRECISIONS = ("bf16", "fp32")
-PARALLEL_MODES = ("auto", "none", "ddp", "fsdp")
+PARALLEL_MODES = ("auto", "none", "ddp", "fsdp", "pipeline")
 
 
 class TrainConfigError(ValueError):
     """An invalid training setting; the message names the field and the allowed values."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSettings:
+    """`train.pipeline`: how `parallel: pipeline` cuts the model into stages (docs/pipeline.md).
+
+    The fields of `attnres.distributed.pipeline_layout.PipelineConfig` that a run chooses; the
+    shapes that travel come from the run: microbatch_size = train.batch_size / num_microbatches,
+    seq_len = train.seq_len. schedule: "gpipe", "1f1b" or "interleaved1f1b"; stages_per_rank (V):
+    1 except for "interleaved1f1b"; layers_per_stage: decoder layers of each of the P x V stages,
+    or None for an even split; allow_partial_blocks: let a stage boundary cut a block; cache: the
+    cross-stage source cache.
+    """
+
+    schedule: str = "1f1b"
+    stages_per_rank: int = 1
+    num_microbatches: int = 4
+    cache: bool = True
+    layers_per_stage: tuple[int, ...] | None = None
+    allow_partial_blocks: bool = False
+
+    def __post_init__(self) -> None:
+        if self.layers_per_stage is not None:
+            if not isinstance(self.layers_per_stage, (list, tuple)):
+                raise TrainConfigError(f"TrainConfig.pipeline.layers_per_stage must be a list of layer counts "
+                                       f"(one per stage) or null, got {self.layers_per_stage!r}")
+            object.__setattr__(self, "layers_per_stage", tuple(self.layers_per_stage))  # YAML gives a list
+        try:  # the library's own rules, so a run and build_pipeline cannot disagree on what is valid
+            self.to_pipeline_config(microbatch_size=1, seq_len=1)
+        except PipelineConfigError as error:
+            raise pipeline_setting_error(error, "TrainConfig.pipeline.") from None
+
+    def to_pipeline_config(self, microbatch_size: int, seq_len: int) -> PipelineConfig:
+        """The library's PipelineConfig: these settings with micro-batches of (microbatch_size, seq_len) tokens."""
+        return PipelineConfig(schedule=self.schedule, stages_per_rank=self.stages_per_rank,
+                              num_microbatches=self.num_microbatches, microbatch_size=microbatch_size,
+                              seq_len=seq_len, layers_per_stage=self.layers_per_stage,
+                              allow_partial_blocks=self.allow_partial_blocks, cache=self.cache)
+
+    @classmethod
+    def from_value(cls, value: "PipelineSettings | dict | None") -> "PipelineSettings":
+        """The settings from a `train.pipeline` mapping (unknown keys are errors), or as given."""
+        if isinstance(value, cls):
+            return value
+        if value is None:
+            return cls()
+        if not isinstance(value, dict):
+            raise TrainConfigError(f"TrainConfig.pipeline must be a mapping of {sorted(_names(cls))}, got {value!r}")
+        unknown = sorted(set(value) - _names(cls))
+        if unknown:
+            raise TrainConfigError(f"unknown train.pipeline key(s) {unknown}; allowed: {sorted(_names(cls))}")
+        return cls(**value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +85,10 @@ class TrainConfig:
     parallel (under torchrun; see docs/distributed.md): "ddp" (DistributedDataParallel), "fsdp"
     (FSDP2: parameters, gradients and optimizer state sharded), "none" (one process), or "auto"
     (ddp with more than one process, else none). batch_size stays the global batch of a
-    micro-step: each of W ranks trains on batch_size / W of its rows.
+    micro-step: each of W ranks trains on batch_size / W of its rows. "pipeline" cuts the model
+    into stages over the ranks instead (settings in `pipeline`, see PipelineSettings and
+    docs/pipeline.md): fp32 only, grad_accum 1, no compile, batch_size a multiple of
+    pipeline.num_microbatches.
     """
 
     steps: int = 1000
@@ -63,6 +120,7 @@ class TrainConfig:
     progress: bool = True
     tensorboard: bool = True
     parallel: str = "auto"
+    pipeline: PipelineSettings = field(default_factory=PipelineSettings)
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "seq_len", "eval_every", "log_every",
@@ -102,10 +160,43 @@ class TrainConfig:
                 raise TrainConfigError(f"TrainConfig.{name} must be true or false, got {getattr(self, name)!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise TrainConfigError(f"TrainConfig.seed must be an integer >= 0, got {self.seed!r}")
+        object.__setattr__(self, "pipeline", PipelineSettings.from_value(self.pipeline))
+        if self.parallel == "pipeline":
+            self._check_pipeline()
+
+    def _check_pipeline(self) -> None:
+        """What parallel='pipeline' does not support, refused by name (see docs/pipeline.md)."""
+        if self.precision == "bf16":
+            raise TrainConfigError(
+                "TrainConfig.precision='bf16' is not supported with parallel='pipeline' (stage payloads travel in "
+                "the fp32 parameter dtype, while bf16 autocast keeps some routing sources in bf16); set "
+                "train.precision=fp32")
+        if self.grad_accum != 1:
+            raise TrainConfigError(
+                f"TrainConfig.grad_accum={self.grad_accum} is not supported with parallel='pipeline' (the schedule "
+                f"rescales all gradients every step); use grad_accum=1 and a larger batch_size split into more "
+                f"pipeline.num_microbatches")
+        if self.compile:
+            raise TrainConfigError("TrainConfig.compile=true is not supported with parallel='pipeline'")
+        micro = self.pipeline.num_microbatches
+        if self.batch_size % micro:
+            raise TrainConfigError(
+                f"TrainConfig.batch_size={self.batch_size} must be divisible by TrainConfig.pipeline."
+                f"num_microbatches={micro} with parallel='pipeline': each micro-batch has batch_size / "
+                f"num_microbatches rows")
 
     @property
     def tokens_per_step(self) -> int:
         return self.batch_size * self.grad_accum * self.seq_len
+
+
+def pipeline_setting_error(error: PipelineConfigError, prefix: str = "train.pipeline.") -> TrainConfigError:
+    """A PipelineConfig error reworded for a run: its fields named as the run's config keys."""
+    return TrainConfigError(str(error).replace("PipelineConfig.", prefix))
+
+
+def _names(kind) -> set[str]:
+    return {f.name for f in fields(kind)}
 
 
 def _is_number(value: object) -> bool:

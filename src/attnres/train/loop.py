@@ -77,9 +77,10 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
     checkpoint stays) and CheckpointError for a corrupt or mismatched checkpoint.
 
     Inside an initialised process group (torchrun; see attnres.distributed) every rank calls this:
-    train.parallel picks DDP or FSDP2, each rank trains on its rows of every global batch, rank 0
-    alone writes logs and metrics, and checkpoints are distributed (DCP). Resuming reads either
-    checkpoint format at any world size.
+    train.parallel picks DDP or FSDP2 (each rank trains on its rows of every global batch) or a
+    pipeline (each rank runs its stages on whole batches; docs/pipeline.md); rank 0 alone writes
+    logs and metrics, and checkpoints are distributed (DCP). Resuming reads either checkpoint
+    format at any world size and parallel kind.
     """
     from attnres.distributed.data_parallel import local_rows, resolve_parallel, wrap_model
 
@@ -114,12 +115,13 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
     else:
         restore_model(checkpoint, model)  # whole weights, before sharding: any format, any world size
     parallel = wrap_model(model, cfg, parallel_mode, env)
-    optimizer = build_optimizer(model, cfg)
+    optimizer = build_optimizer(model, cfg, only=parallel.trained_parameter_names())
     scheduler = build_scheduler(optimizer, cfg)
     loader = TokenBatches(data.train_tokens, cfg.seq_len, cfg.batch_size, cfg.seed)
+    rows_env = None if parallel_mode == "pipeline" else env  # pipeline ranks all take whole batches
     # Validation: each rank its rows of every batch, losses averaged; diagnostics: whole batches.
     full_val = [b.to(device) for b in eval_batches(data.val_tokens, cfg.seq_len, cfg.batch_size, cfg.eval_batches)]
-    val_batches = [local_rows(b, env) for b in full_val]
+    val_batches = [local_rows(b, rows_env) for b in full_val]
     step = 0
     if checkpoint is not None:
         if parallel_mode == "none" and not checkpoint.is_dcp:
@@ -134,6 +136,10 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
     metrics = (MetricsLogger(run_dir, cfg.tensorboard, resume_step=step if checkpoint is not None else None)
                if main else Silent())
     forward = torch.compile(parallel.forward) if cfg.compile else parallel.forward
+
+    def next_batch() -> torch.Tensor:
+        return local_rows(loader.next_batch(), rows_env).to(device)
+
     step_times: list[float] = []
     last_saved = checkpoint.path if checkpoint is not None else None
     progress = _progress_bar(cfg, step, enabled=main)
@@ -142,16 +148,10 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
         model.train()
         while step < cfg.steps:
             start = time.perf_counter()
-            loss_sum = 0.0
-            for micro in range(cfg.grad_accum):
-                batch = local_rows(loader.next_batch(), env).to(device)
-                with parallel.gradient_sync(micro == cfg.grad_accum - 1):
-                    with autocast_context(device, cfg.precision):
-                        loss = forward(batch, labels=batch).loss / cfg.grad_accum
-                    loss.backward()
-                loss_sum += float(loss.detach())
-            parallel.finish_gradients()
-            loss_sum = all_reduce_mean(loss_sum)  # the global batch's loss, the same on every rank
+            if parallel.train_step is not None:  # the pipeline: its schedule runs forward and backward
+                loss_sum = parallel.train_step(next_batch)
+            else:
+                loss_sum = accumulate_gradients(parallel, forward, next_batch, cfg, device)
             grad_norm = parallel.clip_grad_norm(cfg.grad_clip)  # the global norm
             if not math.isfinite(loss_sum) or not math.isfinite(grad_norm):
                 what = "loss" if not math.isfinite(loss_sum) else "gradient norm"
@@ -166,11 +166,17 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
             elapsed = time.perf_counter() - start
             step_times.append(elapsed)
             record = {"step": step, "loss": loss_sum, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed,
-                      "tokens_per_s": cfg.tokens_per_step / elapsed, "tokens": step * cfg.tokens_per_step}
-            if step % cfg.eval_every == 0 or step == cfg.steps:
+                      "tokens_per_s": cfg.tokens_per_step / elapsed, "tokens": step * cfg.tokens_per_step,
+                      **parallel.step_metrics()}
+            evaluating = step % cfg.eval_every == 0 or step == cfg.steps
+            diagnosing = cfg.diagnostics_every is not None and (step % cfg.diagnostics_every == 0 or step == cfg.steps)
+            saving = step % cfg.checkpoint_every == 0 or step == cfg.steps
+            if evaluating or diagnosing or saving:
+                parallel.sync_parameters()  # pipeline: every rank's whole model current (else a no-op)
+            if evaluating:
                 val_loss = all_reduce_mean(evaluate(model, val_batches, cfg.precision))
                 record.update(val_loss=val_loss, val_ppl=math.exp(min(val_loss, 50.0)))
-            if cfg.diagnostics_every is not None and (step % cfg.diagnostics_every == 0 or step == cfg.steps):
+            if diagnosing:
                 # FSDP's bf16 sub-layer weights need autocast to meet the fp32 stream.
                 with autocast_context(device, cfg.precision) if parallel_mode == "fsdp" else nullcontext():
                     record.update(routing_diagnostics(model, full_val[:cfg.diagnostics_batches]))
@@ -178,19 +184,39 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
                 metrics.log(record)
             progress.update(1)
             progress.set_postfix(loss=f"{loss_sum:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+            if saving:
                 last_saved = _save(ckpt_root, step, model, optimizer, scheduler, run, loader, parallel_mode)
     finally:
         progress.close()
         metrics.close()
+    parallel.sync_parameters()  # the returned model is whole and current on every rank
     if math.isnan(val_loss):  # resumed at the last step: nothing was trained, evaluate anyway
         val_loss = all_reduce_mean(evaluate(model, val_batches, cfg.precision))
     return TrainResult(run_dir, model, data, val_loss, step_times)
 
 
+def accumulate_gradients(parallel, forward, next_batch, cfg: TrainConfig, device: torch.device) -> float:
+    """One optimizer step's forward and backward over cfg.grad_accum micro-batches, each next_batch()
+    (this rank's rows (B / W, T) on `device`), through `forward` (the model or its DDP wrapper).
+
+    Gradients are left synchronised in .grad (DDP's all-reduce on the last micro-batch, FSDP's
+    reduce-scatter, `parallel.finish_gradients`). Returns the global batch's mean loss, the same on
+    every rank."""
+    loss_sum = 0.0
+    for micro in range(cfg.grad_accum):
+        batch = next_batch()
+        with parallel.gradient_sync(micro == cfg.grad_accum - 1):
+            with autocast_context(device, cfg.precision):
+                loss = forward(batch, labels=batch).loss / cfg.grad_accum
+            loss.backward()
+        loss_sum += float(loss.detach())
+    parallel.finish_gradients()
+    return all_reduce_mean(loss_sum)
+
+
 def _save(root: Path, step: int, model: AttnResLM, optimizer, scheduler, run: RunConfig, loader: TokenBatches,
           parallel_mode: str) -> Path:
-    """A single-process checkpoint (safetensors), or with DDP/FSDP a distributed one from every rank."""
+    """A single-process checkpoint (safetensors), or with DDP/FSDP/pipeline a distributed one from every rank."""
     extra = {"data": loader.state_dict()}
     if parallel_mode == "none":
         return save_checkpoint(root, step, model, optimizer, scheduler, run.to_dict(), extra,

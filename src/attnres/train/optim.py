@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import torch
 from torch import nn
 
 from attnres.train.config import TrainConfig
 
 
-def parameter_groups(model: nn.Module) -> dict[str, list[tuple[str, nn.Parameter]]]:
+def parameter_groups(model: nn.Module, only: Collection[str] | None = None) -> dict[str, list[tuple[str, nn.Parameter]]]:
     """Split parameters into "decay" (linear weights), "no_decay" (norm gains, embeddings, tied
-    head) and "routing" (router queries, key gains, gates). Shared (tied) tensors appear once."""
+    head) and "routing" (router queries, key gains, gates). Shared (tied) tensors appear once.
+
+    only: names (as in model.named_parameters()) to keep, e.g. a pipeline stage's own; None keeps all."""
     embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     groups: dict[str, list[tuple[str, nn.Parameter]]] = {"decay": [], "no_decay": [], "routing": []}
     for name, param in model.named_parameters():  # named_parameters yields a tied tensor once
-        if not param.requires_grad:
+        if not param.requires_grad or (only is not None and name not in only):
             continue
         if name.startswith("residual.routers."):
             groups["routing"].append((name, param))
@@ -25,9 +29,11 @@ def parameter_groups(model: nn.Module) -> dict[str, list[tuple[str, nn.Parameter
     return groups
 
 
-def build_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.AdamW:
-    """AdamW over fp32 parameters: weight decay only on "decay"; routing at lr * routing_lr_mult."""
-    groups = parameter_groups(model)
+def build_optimizer(model: nn.Module, config: TrainConfig, only: Collection[str] | None = None) -> torch.optim.AdamW:
+    """AdamW over fp32 parameters: weight decay only on "decay"; routing at lr * routing_lr_mult.
+
+    only: train just these parameter names (a pipeline rank's stages); None: every parameter."""
+    groups = parameter_groups(model, None if only is None else set(only))
     settings = {"decay": (config.lr, config.weight_decay), "no_decay": (config.lr, 0.0),
                 "routing": (config.lr * config.routing_lr_mult, 0.0)}
     param_groups = [{"params": [p for _, p in groups[key]], "lr": lr, "weight_decay": wd, "name": key}

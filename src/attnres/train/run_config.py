@@ -120,7 +120,9 @@ def _number(value):
 
 
 def apply_overrides(values: dict, overrides: list[str]) -> dict:
-    """Apply `section.key=value` strings (value parsed as YAML: 1e-3, true, null, [1, 2]) to a config dict."""
+    """Apply `section.key=value` strings (value parsed as YAML: 1e-3, true, null, [1, 2]) to a config dict.
+
+    A dotted key sets a field of a nested mapping: `train.pipeline.schedule=gpipe`."""
     result = {key: (dict(value) if isinstance(value, dict) else value) for key, value in values.items()}
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -134,7 +136,13 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
         if not dot or section not in SECTIONS or not name:
             raise RunConfigError(f"override key {key!r} must be out_dir or <section>.<field> with section in "
                                  f"{list(SECTIONS)}")
-        result.setdefault(section, {})[name] = value
+        target = result.setdefault(section, {})
+        *parents, leaf = name.split(".")
+        for parent in parents:  # copied on the way down: the caller's nested mappings stay as they were
+            inner = target.get(parent)
+            target[parent] = dict(inner) if isinstance(inner, dict) else {}
+            target = target[parent]
+        target[leaf] = value
     return result
 
 
