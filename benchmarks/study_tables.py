@@ -72,8 +72,12 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-def loss_rows(names: list[str], variants: dict[str, dict]) -> list[list[str]]:
-    base = variants["standard"]
+def loss_rows(names: list[str], variants: dict[str, dict], reference: str = "standard") -> list[list[str]]:
+    """One row per variant: seeds, loss and perplexity intervals, and the loss difference against
+    `reference` paired by seed; no rows when `reference` was not run."""
+    if reference not in variants:
+        return []
+    base = variants[reference]
     rows = []
     for name in names:
         if name not in variants:
@@ -82,7 +86,7 @@ def loss_rows(names: list[str], variants: dict[str, dict]) -> list[list[str]]:
         losses = list(losses_by_seed(variant).values())
         ppl = [math.exp(x) for x in losses]
         rows.append([name, str(len(losses)), interval(losses), interval(ppl, ".2f"),
-                     "baseline" if name == "standard" else signed_interval(paired_difference(variant, base))])
+                     "baseline" if name == reference else signed_interval(paired_difference(variant, base))])
     return rows
 
 
@@ -108,33 +112,30 @@ ROUTING_HEADER = ["variant", "max weight, deepest third (95% CI)", "uniform 1/n 
 
 
 def plot_num_blocks(variants: dict[str, dict], path: Path) -> None:
-    """Validation perplexity against the number of blocks, Block AttnRes and Delta Block, with the
-    standard residual's band; error bars are 95 % intervals over seeds."""
+    """Validation-loss difference to standard (paired by seed) against the number of blocks, Block
+    AttnRes and Delta Block; error bars are 95 % intervals of the paired mean."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    base = [math.exp(x) for x in losses_by_seed(variants["standard"]).values()]
-    half = ci95_halfwidth(base) or 0.0
-    ax.axhspan(mean(base) - half, mean(base) + half, color="0.85", label="standard (95% CI)")
-    ax.axhline(mean(base), color="0.4", lw=1)
-    for residual, marker in (("block_attnres", "o"), ("delta_block", "s")):
+    ax.axhline(0.0, color="0.4", lw=1, label="standard")
+    for residual, marker, shift in (("block_attnres", "o", 0.97), ("delta_block", "s", 1.03)):
         points = []
         for n in (1, 2, 4, 8):
             name = f"{residual} (N={n})"
             if name in variants:
-                ppl = [math.exp(x) for x in losses_by_seed(variants[name]).values()]
-                points.append((n, mean(ppl), ci95_halfwidth(ppl) or 0.0))
+                diffs = paired_difference(variants[name], variants["standard"])
+                points.append((n * shift, mean(diffs), ci95_halfwidth(diffs) or 0.0))
         if points:
             xs, ys, es = zip(*points)
             ax.errorbar(xs, ys, yerr=es, marker=marker, capsize=3, label=residual)
     ax.set_xscale("log", base=2)
     ax.set_xticks([1, 2, 4, 8], ["1", "2", "4", "8"])
     ax.set_xlabel("number of blocks N")
-    ax.set_ylabel("validation perplexity")
-    ax.set_title("Block count (24 layers x 64, mean of seeds)")
+    ax.set_ylabel("Δ validation loss vs standard (nats)")
+    ax.set_title("Block count, paired by seed (below 0: better than standard)")
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,10 +157,13 @@ def main(out: Path) -> None:
         table(LOSS_HEADER, loss_rows(["standard", "delta_block (N=1)", "delta_block (N=8)"], variants)),
         "## 4. Router-query initialisation: zero against N(0, 0.02)",
         table(LOSS_HEADER, loss_rows(["standard"] + init, variants)),
+        "Against the same variant with zero queries (paired by seed):",
+        table(LOSS_HEADER[:-1] + ["Δ loss vs zero queries, paired (95% CI)"],
+              loss_rows(init[:2], variants, reference=init[0]) + loss_rows(init[2:], variants, reference=init[2])),
         table(ROUTING_HEADER, routing_rows(init, variants)),
         "## 5. Number of blocks", table(LOSS_HEADER, loss_rows(["standard"] + blocks, variants)),
         table(ROUTING_HEADER, routing_rows(blocks, variants)),
-        "![validation perplexity against the number of blocks](figures/num_blocks.png)",
+        "![validation loss difference to standard against the number of blocks](figures/num_blocks.png)",
     ]
     if "standard" in variants:
         plot_num_blocks(variants, out / "figures" / "num_blocks.png")

@@ -1,20 +1,27 @@
 #!/usr/bin/env bash
 # The reproduction study (docs/study.md): `attnres compare --preset study` as SHARDS one-thread
-# processes in parallel (default 2, one per core), then one call that writes the report, then the
-# study tables. Finished runs are reused, so an interrupted study continues where it stopped.
-# Usage: scripts/study.sh [OUT (default docs/study)] [SHARDS (default 2)]
+# processes in parallel (default 2, one per core), then one call that writes the report, the study
+# tables, and `attnres analyze` of seed 0 of the five main variants. Finished runs are reused, so an
+# interrupted study continues where it stopped.
+# Usage: scripts/study.sh [OUT (default docs/study)] [SHARDS (default 2)] [--set train.steps=1000 ...]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
 OUT="${1:-docs/study}"
 SHARDS="${2:-2}"
+EXTRA=("${@:3}")
 mkdir -p "$OUT"
 pids=()
 for ((i = 0; i < SHARDS; i++)); do
-  OMP_NUM_THREADS=1 attnres compare --preset study --out "$OUT" --shard "$i/$SHARDS" > "$OUT/shard$i.log" 2>&1 &
+  OMP_NUM_THREADS=1 attnres compare --preset study --out "$OUT" --shard "$i/$SHARDS" "${EXTRA[@]}" \
+    > "$OUT/shard$i.log" 2>&1 &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
-attnres compare --preset study --out "$OUT"
+attnres compare --preset study --out "$OUT" "${EXTRA[@]}"
 python benchmarks/study_tables.py "$OUT"
+R="$OUT/runs"
+attnres analyze "$R/standard/seed0" "$R/full_attnres/seed0" "$R/block_attnres-N-8/seed0" "$R/delta_attnres/seed0" \
+  "$R/delta_block-N-8/seed0" --labels standard full_attnres "block_attnres (N=8)" delta_attnres "delta_block (N=8)" \
+  --out "$OUT/analyze" --max-batches 4
