@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from attnres.analysis.document import fmt
-from attnres.compare.report import ci95_halfwidth
+from attnres.compare.report import ci95_halfwidth, signed
 
 MAIN = ["standard", "full_attnres", "block_attnres (N=8)", "delta_attnres", "delta_block (N=8)"]
 DEEP_FRACTION = 1 / 3
@@ -32,9 +32,9 @@ def interval(values: list[float], spec: str = ".3f") -> str:
 
 
 def signed_interval(values: list[float]) -> str:
+    """'+mean ± half-width' of a 95 % interval of differences (the signed mean alone for one value)."""
     half = ci95_halfwidth(values)
-    text = f"{round(mean(values), 3) + 0.0:+.3f}"
-    return text if half is None else f"{text} ± {half:.3f}"
+    return signed(mean(values)) if half is None else f"{signed(mean(values))} ± {half:.3f}"
 
 
 def losses_by_seed(variant: dict) -> dict[int, float]:

@@ -168,7 +168,7 @@ def summarize(results: dict) -> dict:
 
 # ---------------------------------------------------------------- formatting
 
-def _signed(value, decimals: int = 3) -> str:
+def signed(value, decimals: int = 3) -> str:
     """'+0.012' / '-0.034'; a rounding residue like -4e-16 prints as +0.000, not -0.000."""
     return "-" if value is None else f"{round(value, decimals) + 0.0:+.{decimals}f}"
 
@@ -194,7 +194,7 @@ def result_row(name: str, entry: dict, is_baseline: bool) -> list[str]:
     n = len(entry["seeds"])
     return [name, _pm(entry["val_loss_mean"], entry["val_loss_std"], n, ".3f"),
             _pm(entry["ppl_mean"], entry["ppl_std"], n, ".2f"), _interval(entry["ppl_mean"], entry.get("ppl_ci95")),
-            "baseline" if is_baseline else _signed(entry["delta_vs_standard"]),
+            "baseline" if is_baseline else signed(entry["delta_vs_standard"]),
             fmt(entry["step_time_ratio"], ".2f", "×"), fmt(entry["peak_memory_ratio"], ".2f", "×"),
             fmt(entry["max_weight_deep"], ".3f")]
 

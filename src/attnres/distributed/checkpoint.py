@@ -66,11 +66,8 @@ def latest_checkpoint_shared(root: Path) -> Checkpoint | None:
     The same result, or the same CheckpointError, on every rank."""
     checkpoint = latest_checkpoint(root, verify=False)
     if checkpoint is not None:
-        env = current_env()
-        names = sorted(checkpoint.state["files"])
-        mine = names[env.rank::env.world_size] if env else names
         try:
-            verify_files(checkpoint.path, checkpoint.state["files"], mine)
+            verify_files(checkpoint.path, checkpoint.state["files"], _my_share(sorted(checkpoint.state["files"])))
             problem = None
         except CheckpointError as error:
             problem = str(error)
@@ -172,12 +169,16 @@ def _load(checkpoint: Checkpoint, state: dict) -> None:
         raise CheckpointError(f"checkpoint {checkpoint.path} could not be loaded: {error}") from None
 
 
+def _my_share(names: list[str]) -> list[str]:
+    """The names this rank handles when work is shared out: r, r + W, ... (all in a single process)."""
+    env = current_env()
+    return names[env.rank::env.world_size] if env else names
+
+
 def _digests_split_over_ranks(directory: Path, names: list[str]) -> dict:
     """{name: digest} of every file, each hashed by one rank (r hashes names r, r + W, ...)."""
-    env = current_env()
-    mine = names[env.rank::env.world_size] if env else names
     merged: dict = {}
-    for part in all_gather_objects({name: file_digest(directory / name) for name in mine}):
+    for part in all_gather_objects({name: file_digest(directory / name) for name in _my_share(names)}):
         merged.update(part)
     return dict(sorted(merged.items()))
 
