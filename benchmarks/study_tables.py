@@ -14,8 +14,9 @@ import math
 import sys
 from pathlib import Path
 
-from attnres.analysis.document import fmt
-from attnres.compare.report import ci95_halfwidth, signed
+from attnres.analysis.intervals import ci95_halfwidth
+from attnres.report.compare_report import signed
+from attnres.report.document import fmt
 
 MAIN = ["standard", "full_attnres", "block_attnres (N=8)", "delta_attnres", "delta_block (N=8)"]
 DEEP_FRACTION = 1 / 3

@@ -2,7 +2,7 @@
 # Create (or reuse) the project's virtual environment in .venv with pinned dependencies.
 # torch==2.13.0 goes in first and alone: pip then takes the local CPU wheel instead of a
 # multi-GB CUDA build pulled in by an unpinned requirement.
-# Sourced by scripts/demo.sh and scripts/test.sh; safe to run repeatedly.
+# Sourced by scripts/compare.sh, scripts/test.sh and .ci/run; safe to run repeatedly.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ATTNRES_VENV:-$ROOT/.venv}"

@@ -1,6 +1,13 @@
-"""attnres: depth routing residuals (Attention Residuals, Delta Attention Residuals) for PyTorch."""
+"""attnres: depth routing residuals (Attention Residuals, Delta Attention Residuals) for PyTorch.
+
+    AttnResLM(ModelConfig(..., residual="block_attnres", num_blocks=8))   # the whole decoder
+    build_residual("delta_block", num_layers=12, hidden_size=768, num_blocks=4)  # drop-in for your own loop
+"""
 
 from attnres.model import AttnResLM, CausalLMOutput, ConfigError, ModelConfig
+from attnres.residual import ResidualScheme, Variant, build_residual, register_variant
+from attnres.routing import DepthMixer
 
-__all__ = ["AttnResLM", "CausalLMOutput", "ConfigError", "ModelConfig"]
+__all__ = ["AttnResLM", "CausalLMOutput", "ConfigError", "DepthMixer", "ModelConfig", "ResidualScheme", "Variant",
+           "build_residual", "register_variant"]
 __version__ = "0.1.0"

@@ -6,24 +6,7 @@ import argparse
 import json
 import shlex
 import sys
-from dataclasses import asdict, fields
 from pathlib import Path
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from attnres.demo import DemoSettings, format_table, run_demo
-
-    settings = DemoSettings(**{f.name: getattr(args, f.name) for f in fields(DemoSettings)})
-    print(f"attnres demo: {settings.num_layers} layers x {settings.hidden_size} wide, {settings.steps} AdamW "
-          f"steps of {settings.batch_size} x {settings.seq_len} generated tokens per variant (seed {settings.seed})")
-    rows = run_demo(settings)
-    print()
-    print(format_table(rows))
-    print("\nmax weight: token-mean of each router's largest softmax weight (1/n = uniform, 1 = one source),"
-          "\naveraged over routers with two or more sources; '-' where the variant has none.")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"settings": asdict(settings), "results": rows}, indent=2))
-    return 0
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -131,10 +114,11 @@ def _lm_eval(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from attnres.bench import format_markdown, resolve_config, run_bench
-    from attnres.bench.config import BENCH_OPTIONS
+    from attnres.bench.config import SETTING_NAMES
 
-    config = resolve_config(args.preset, args.quick, **{name: getattr(args, name) for name in BENCH_OPTIONS})
-    out = Path(args.out or f"reports/bench-{'quick' if args.quick else args.preset}")
+    config = resolve_config(args.preset, args.quick, args.set,
+                            **{name: getattr(args, name) for name in SETTING_NAMES})
+    out = Path(args.out or f"reports/bench-{'quick' if args.quick else Path(args.preset).stem}")
     results = run_bench(config, out, command="attnres " + shlex.join(args.argv))
     print()
     print(format_markdown(results))
@@ -143,7 +127,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace) -> int:
-    from attnres.analysis.analyze import analyze
+    from attnres.report.analyze import analyze
 
     out = Path(args.out)
     analyze(args.checkpoints, out, labels=args.labels, max_batches=args.max_batches, device=args.device,
@@ -162,7 +146,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    from attnres.demo import DemoSettings
+    from attnres.bench.config import DEFAULT_PRESET, flag_arguments
 
     parser = argparse.ArgumentParser(prog="attnres", description="Depth routing residuals for language models.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -221,35 +205,19 @@ def build_parser() -> argparse.ArgumentParser:
     lm_eval.set_defaults(handler=_lm_eval)
 
     bench = sub.add_parser("bench", help="time and memory of each variant against standard, a depth sweep and "
-                                         "a router micro-benchmark; writes bench.md and bench.json")
-    bench.add_argument("--preset", default="cpu", help="cpu (the default; the targets' shapes) or paper-gpu "
-                                                        "(2048 x 32, seq 4096, on CUDA)")
-    bench.add_argument("--quick", action="store_true", help="a tiny model: a run of seconds (explicit options win)")
-    bench.add_argument("--variants", nargs="+", default=None, metavar="VARIANT",
-                       help="variants to compare with standard (space- or comma-separated; default: all four)")
-    bench.add_argument("--hidden", dest="hidden_size", type=int, default=None, metavar="D",
-                       help="model width (cpu: 256)")
-    bench.add_argument("--layers", dest="num_layers", type=int, default=None, metavar="L", help="model depth (cpu: 24)")
-    bench.add_argument("--seq-len", type=int, default=None, help="tokens per sequence and prompt length (cpu: 256)")
-    bench.add_argument("--batch-size", type=int, default=None, help="sequences per batch (cpu: 1)")
-    bench.add_argument("--vocab-size", type=int, default=None, help="vocabulary of the random tokens (cpu: 4096)")
-    bench.add_argument("--num-blocks", type=int, default=None,
-                       help="blocks of block variants; the nearest valid count is used (default: 8)")
-    bench.add_argument("--repeats", type=int, default=None, help="measured rounds, at least 5 (cpu: 5)")
-    bench.add_argument("--warmup", type=int, default=None, help="discarded rounds first (cpu: 2)")
-    bench.add_argument("--depths", default=None, help="layer counts of the depth sweep, e.g. 12,24,48; 'none' skips it")
-    bench.add_argument("--sweep-hidden", type=int, default=None, help="model width in the depth sweep (cpu: 64)")
-    bench.add_argument("--sweep-seq-len", type=int, default=None, help="sequence length in the depth sweep (cpu: 128)")
-    bench.add_argument("--decode-tokens", type=int, default=None, help="tokens decoded one at a time (cpu: 16)")
-    bench.add_argument("--router-sources", type=int, default=None, help="sources of the router micro-benchmark (9)")
-    bench.add_argument("--router-batch", type=int, default=None,
-                       help="batch of the router's (batch, seq-len, hidden) sources (cpu: 32)")
-    bench.add_argument("--precision", default=None, help="bf16 (autocast; the default) or fp32")
-    bench.add_argument("--routing-impl", default=None, help="auto (default), reference, lean or triton")
-    bench.add_argument("--device", default=None, help="cpu (default), cuda or cuda:N")
-    bench.add_argument("--seed", type=int, default=None, help="seed of weights and tokens (default: 0)")
-    bench.add_argument("--threads", type=int, default=None,
-                       help="torch intra-op threads (default: torch's; --quick: 1)")
+                                         "a router micro-benchmark; writes bench.md and bench.json",
+                           description="Settings come from a preset, then --quick, then --set, then the flags "
+                                       "below (the defaults shown are BenchConfig's; a preset may change them).")
+    bench.add_argument("--preset", default=DEFAULT_PRESET,
+                       help="a bundled preset (configs/bench/NAME.yaml: cpu, the default, or paper-gpu) or a "
+                            "preset YAML path")
+    bench.add_argument("--quick", action="store_true",
+                       help="a tiny model, a run of seconds (configs/bench/overlays/quick.yaml over the preset)")
+    bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a setting (KEY: a BenchConfig field; VALUE parsed as YAML), "
+                            "e.g. --set repeats=10 --set depths=[12,24]")
+    for flag, kwargs in flag_arguments():  # one per BenchConfig field, from its metadata
+        bench.add_argument(flag, **kwargs)
     bench.add_argument("--out", default=None, help="report folder (default: reports/bench-PRESET)")
     bench.set_defaults(handler=_bench)
 
@@ -265,14 +233,6 @@ def build_parser() -> argparse.ArgumentParser:
                          help="one display name per checkpoint (default: variant and step)")
     analyze.add_argument("--device", default="cpu")
     analyze.set_defaults(handler=_analyze)
-
-    demo = sub.add_parser("demo", help="train a tiny model of each variant on generated data and compare")
-    defaults = DemoSettings()
-    for f in fields(DemoSettings):
-        demo.add_argument("--" + f.name.replace("_", "-"), dest=f.name, type=type(getattr(defaults, f.name)),
-                          default=getattr(defaults, f.name), help=f"default: {getattr(defaults, f.name)}")
-    demo.add_argument("--json", help="also write the results to this JSON file")
-    demo.set_defaults(handler=_demo)
     return parser
 
 

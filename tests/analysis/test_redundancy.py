@@ -129,9 +129,9 @@ def test_full_attnres_matrices_equal_cosines_of_embedding_and_deltas_over_all_to
 
 
 @pytest.mark.parametrize("impl", ["lean", "auto"])
-def test_fast_block_path_is_switched_to_reference_and_restored(impl):
-    # The lean two-phase path of Block AttnRes calls no router individually; without the switch
-    # to the reference path the collector would see no sources.
+def test_fast_block_path_is_observed_without_switching_paths(impl):
+    # The lean two-phase path of Block AttnRes calls every router as a module too (with its
+    # group's phase-1 result), so the collector sees the same sources as on the reference path.
     model = tiny_model("block_attnres", 2, routing_impl=impl)
     randomize_routers(model)
     reference = tiny_model("block_attnres", 2, routing_impl="reference")

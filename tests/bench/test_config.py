@@ -1,10 +1,15 @@
-"""BenchConfig: presets, --quick, explicit options, and errors that name the option."""
+"""BenchConfig: YAML presets, --quick, --set, explicit options, generated flags, and errors that name the option."""
+
+import argparse
+from dataclasses import fields
 
 import pytest
 
-from attnres.bench.config import MIN_REPEATS, QUICK_VALUES, VARIANTS, BenchConfig, resolve_config
+import attnres.bench
+from attnres.bench.config import (MIN_REPEATS, OPTION_NAMES, QUICK_VALUES, SETTING_NAMES, VARIANTS, BenchConfig,
+                                  available_presets, resolve_config)
 from attnres.bench.model_bench import model_shape, nearest_num_blocks
-from attnres.cli import main
+from attnres.cli import build_parser, main
 
 
 def test_cpu_preset_is_the_targets_shape():
@@ -88,3 +93,135 @@ def test_block_count_and_heads():
     assert nearest_num_blocks(6, 5) == 4  # 12 sub-layers: 5 is invalid; 4 and 6 tie, the smaller wins
     assert model_shape(256) == {"num_heads": 4, "num_kv_heads": 2, "intermediate_size": 768}
     assert model_shape(32) == {"num_heads": 1, "num_kv_heads": 1, "intermediate_size": 96}
+
+
+def _write(path, text):
+    path.write_text(text)
+    return str(path)
+
+
+def test_cpu_preset_matches_the_defaults_and_quick_is_no_preset():
+    # --help shows BenchConfig's defaults as those of the default preset: the two must not drift apart.
+    assert resolve_config("cpu") == BenchConfig()
+    assert available_presets() == ["cpu", "paper-gpu"]
+    assert QUICK_VALUES["num_layers"] == 4 and QUICK_VALUES["threads"] == 1
+
+
+def test_preset_yaml_file(tmp_path):
+    path = _write(tmp_path / "small.yaml", "hidden_size: 32\nnum_layers: 3\nvariants: [delta_block]\n"
+                                           "depths: [3, 6]\nprecision: fp32\n")
+    config = resolve_config(path)
+    assert (config.hidden_size, config.num_layers, config.precision) == (32, 3, "fp32")
+    assert config.variants == ("delta_block",) and config.depths == (3, 6)
+    assert config.preset == path and config.seq_len == BenchConfig().seq_len  # unset fields keep the defaults
+
+
+@pytest.mark.parametrize("text, message", [
+    ("width: 3\n", "unknown bench settings ['width']; allowed: "),
+    ("quick: true\n", "unknown bench settings ['quick']"),
+    ("- 3\n", "must hold a mapping of settings"),
+    ("hidden_size: [\n", "is not valid YAML"),
+    ("hidden_size: 0\n", "--hidden must be a positive integer"),
+])
+def test_preset_yaml_errors(tmp_path, text, message):
+    path = _write(tmp_path / "bad.yaml", text)
+    with pytest.raises(ValueError) as error:
+        resolve_config(path)
+    assert message in str(error.value)
+
+
+def test_missing_preset_file(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_config(str(tmp_path / "absent.yaml"))
+
+
+def test_set_values_are_yaml():
+    config = resolve_config(quick=True, set_args=["depths=[3, 6]", "precision=fp32", "threads=null",
+                                                  "variants=block_attnres,delta_block", "repeats=7"])
+    assert config.depths == (3, 6) and config.precision == "fp32" and config.repeats == 7
+    assert config.threads is None  # null overrides --quick's single thread
+    assert config.variants == ("block_attnres", "delta_block")
+    assert resolve_config(set_args=["depths=none"]).depths == ()
+
+
+@pytest.mark.parametrize("items, message", [
+    (["width=3"], "--set: unknown bench settings ['width']; allowed: ["),
+    (["preset=paper-gpu"], "--set: unknown bench settings ['preset']"),
+    (["repeats"], "must look like key=value"),
+    (["repeats=[5"], "not valid YAML"),
+    (["repeats=five"], "--repeats must be an integer >= 5"),
+])
+def test_set_errors(items, message):
+    with pytest.raises(ValueError) as error:
+        resolve_config(set_args=items)
+    assert message in str(error.value)
+    if "unknown" in message:
+        assert "hidden_size" in str(error.value)  # the allowed keys are named
+
+
+def _bench_parser() -> argparse.ArgumentParser:
+    root = build_parser()
+    subparsers = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
+    return subparsers.choices["bench"]
+
+
+def test_every_setting_has_a_generated_flag(capsys):
+    actions = {a.dest: a for a in _bench_parser()._actions}
+    settings = [f for f in fields(BenchConfig) if f.name not in ("preset", "quick")]
+    assert [f.name for f in settings] == list(SETTING_NAMES)
+    for spec in settings:
+        action = actions[spec.name]
+        assert action.option_strings == [OPTION_NAMES[spec.name]]
+        assert spec.metadata["help"] in action.help and action.default is None
+    assert {OPTION_NAMES[n] for n in ("hidden_size", "num_layers", "seq_len", "routing_impl")} == \
+        {"--hidden", "--layers", "--seq-len", "--routing-impl"}
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    help_text = capsys.readouterr().out
+    assert all(OPTION_NAMES[name] in help_text for name in SETTING_NAMES)
+
+
+def test_flags_parse_to_field_types():
+    args = build_parser().parse_args(["bench", "--hidden", "32", "--threads", "2", "--precision", "fp32",
+                                      "--variants", "delta_block", "block_attnres", "--depths", "3,6"])
+    assert args.hidden_size == 32 and args.threads == 2 and args.precision == "fp32"
+    assert args.variants == ["delta_block", "block_attnres"] and args.depths == ["3,6"]
+    assert args.num_layers is None  # not given: the preset's value stays
+    config = resolve_config(**{name: getattr(args, name) for name in SETTING_NAMES})
+    assert config.depths == (3, 6) and config.variants == ("delta_block", "block_attnres")
+
+
+@pytest.fixture
+def resolved(monkeypatch):
+    """Run `attnres bench` without benchmarking: the BenchConfig it would run is captured instead."""
+    captured = {}
+
+    def fake_run_bench(config, out, command=""):
+        captured["config"] = config
+        return {}
+
+    monkeypatch.setattr(attnres.bench, "run_bench", fake_run_bench)
+    monkeypatch.setattr(attnres.bench, "format_markdown", lambda results: "")
+    return captured
+
+
+def test_precedence_preset_quick_set_flag(tmp_path, resolved):
+    preset = _write(tmp_path / "mine.yaml", "hidden_size: 128\nnum_layers: 6\nseq_len: 64\nseed: 7\n")
+    argv = ["bench", "--preset", preset, "--quick", "--set", "hidden_size=48", "--set", "num_layers=3",
+            "--hidden", "32", "--out", str(tmp_path / "out")]
+    assert main(argv) == 0
+    config = resolved["config"]
+    assert config.seed == 7  # the preset's, which --quick leaves alone
+    assert config.seq_len == QUICK_VALUES["seq_len"]  # --quick over the preset
+    assert config.num_layers == 3  # --set over --quick
+    assert config.hidden_size == 32  # the flag over --set
+    assert config.preset == preset and config.quick
+
+
+def test_cli_preset_file_and_set_errors(tmp_path, resolved, capsys):
+    preset = _write(tmp_path / "typo.yaml", "hiden_size: 64\n")
+    assert main(["bench", "--preset", preset, "--out", str(tmp_path)]) == 2
+    assert "unknown bench settings ['hiden_size']" in capsys.readouterr().err
+    assert main(["bench", "--set", "width=3", "--out", str(tmp_path)]) == 2
+    assert "--set: unknown bench settings ['width']" in capsys.readouterr().err
+    assert "config" not in resolved

@@ -1,43 +1,14 @@
-"""The report: targets met / missed, and a tiny end-to-end run through the command line."""
+"""The report: a tiny end-to-end run through the command line writes bench.json and bench.md."""
 
 import json
 import shlex
 
-from attnres.bench.config import BASELINE, VARIANTS, resolve_config
+from attnres.bench.config import BASELINE, VARIANTS
 from attnres.bench.report import format_markdown
-from attnres.bench.targets import TARGETS, condition_mismatches, evaluate_targets
 from attnres.cli import main
 
 RATIO_KEYS = {"train_step", "prefill", "decode_per_token", "peak_memory", "activation_memory",
               "non_activation_memory"}
-
-
-def _models(**ratios):
-    return {"variants": {name: {"ratios": r} for name, r in ratios.items()}}
-
-
-def test_targets_met_missed_and_not_measured():
-    models = _models(block_attnres={"train_step": 1.05, "peak_memory": 1.2, "decode_per_token": 1.0},
-                     full_attnres={"train_step": 1.3, "peak_memory": 1.49})
-    rows = {(r["variant"], r["metric"]): r for r in evaluate_targets(models, {"forward": {"fraction_of_copy": 0.5}})}
-    assert len(rows) == len(TARGETS)
-    assert rows["block_attnres", "train_step"]["status"] == "met"  # the limit itself is met
-    assert rows["block_attnres", "peak_memory"]["status"] == "missed"
-    assert rows["block_attnres", "decode_per_token"]["status"] == "met"
-    assert rows["full_attnres", "train_step"]["status"] == "missed"
-    assert rows["full_attnres", "peak_memory"] == {"target": "Full AttnRes peak memory / standard",
-                                                   "variant": "full_attnres", "metric": "peak_memory", "op": "<=",
-                                                   "limit": 1.5, "measured": 1.49, "status": "met"}
-    assert rows["delta_block", "train_step"]["status"] == "not measured"
-    assert rows["router", "fraction_of_copy"]["status"] == "met"
-    assert evaluate_targets(None, None)[-1]["status"] == "not measured"
-
-
-def test_condition_mismatches():
-    assert condition_mismatches(resolve_config()) == []
-    assert condition_mismatches(resolve_config(hidden_size=512)) == []
-    assert condition_mismatches(resolve_config(precision="fp32", num_layers=12)) == [
-        "precision fp32 (targets: bf16)", "12 layers (targets: 24)"]
 
 
 def test_quick_run_writes_markdown_and_json(tmp_path, capsys):
@@ -77,10 +48,7 @@ def test_quick_run_writes_markdown_and_json(tmp_path, capsys):
     router = results["router"]
     assert router["n_sources"] == 3 and router["forward"]["fraction_of_copy"] > 0
 
-    assert [t["target"] for t in results["targets"]] == [t.label for t in TARGETS]
-    assert all(t["status"] in ("met", "missed") for t in results["targets"])
-    for heading in ("## Variants against standard", "## Depth sweep", "## Router micro-benchmark", "## Targets",
-                    "| target | limit | measured | status |", "this run differs"):
+    for heading in ("## Variants against standard", "## Depth sweep", "## Router micro-benchmark"):
         assert heading in markdown
     assert f"Command: `{results['command']}`" in markdown
 
@@ -93,7 +61,5 @@ def test_variants_subset_and_no_sweep(tmp_path):
     results = json.loads((out / "bench.json").read_text())
     assert list(results["models"]["variants"]) == [BASELINE, "delta_block"]
     assert results["depth_sweep"] == []
-    statuses = {t["variant"]: t["status"] for t in results["targets"] if t["metric"] == "train_step"}
-    assert statuses["full_attnres"] == "not measured" and statuses["delta_block"] in ("met", "missed")
     markdown = (out / "bench.md").read_text()
-    assert "## Depth sweep" not in markdown and "not measured" in markdown
+    assert "## Depth sweep" not in markdown

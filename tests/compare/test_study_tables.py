@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compare.test_report import make_results
+from tests.report.test_compare_report import make_results
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "study_tables.py"
 spec = importlib.util.spec_from_file_location("study_tables", SCRIPT)

@@ -7,7 +7,7 @@ import pytest
 
 from attnres.cli import main
 from attnres.train import CheckpointError, RunConfig, read_checkpoint, train
-from attnres.train.checkpoint import DCP_FORMAT, checkpoint_dirs
+from attnres.checkpoint import DCP_FORMAT, checkpoint_dirs
 from tests.distributed.dp_runs import FP32_RTOL, SAVE_EVERY, STEPS, assert_close, losses, make_run, shared_runs
 from tests.distributed.workers import copy_run
 from tests.train.conftest import corpus_dir  # noqa: F401  (fixture)

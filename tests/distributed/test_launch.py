@@ -6,7 +6,7 @@ import sys
 
 from attnres.cli import main
 from attnres.train import read_checkpoint
-from attnres.train.checkpoint import checkpoint_dirs
+from attnres.checkpoint import checkpoint_dirs
 from attnres.train.metrics import read_metrics
 from tests.train.conftest import corpus_dir, write_config  # noqa: F401  (fixtures)
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres.distributed.data_parallel import resolve_parallel
+from attnres.train.config import resolve_parallel
 from attnres.distributed.env import DistributedEnv
 from attnres.train import RunConfig, TrainConfig, TrainConfigError, load_run_config, read_checkpoint, train
-from attnres.train.checkpoint import DCP_FORMAT, checkpoint_dirs
+from attnres.checkpoint import DCP_FORMAT, checkpoint_dirs
 from tests.distributed.dp_runs import FP32_RTOL, assert_close, losses
 from tests.distributed.spawn import run_workers
 from tests.distributed.workers import copy_run, run_jobs

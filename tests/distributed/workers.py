@@ -44,7 +44,7 @@ def run_jobs(rank: int, world_size: int, jobs: list[dict]) -> None:
 def copy_run(src: Path, dst: Path, keep_step: int, corrupt: str | None = None) -> None:
     """Copy run directory `src` to `dst` as if it had stopped after checkpoint `keep_step`; with
     `corrupt`, flip one byte of that file in the kept checkpoint."""
-    from attnres.train.checkpoint import checkpoint_dirs
+    from attnres.checkpoint import checkpoint_dirs
 
     shutil.copytree(src, dst)
     for path in checkpoint_dirs(dst / "checkpoints"):
@@ -82,7 +82,7 @@ def _env_checks(rank: int, world_size: int, out: str) -> None:
 def _sharded_checks(rank: int, out: str) -> None:
     from torch.distributed.tensor import DTensor
 
-    from attnres.distributed.data_parallel import wrap_model
+    from attnres.distributed.wrap import wrap_model
     from attnres.distributed.env import current_env
     from attnres.model import AttnResLM, ModelConfig
     from attnres.train import TrainConfig
@@ -90,7 +90,7 @@ def _sharded_checks(rank: int, out: str) -> None:
     config = ModelConfig(vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
                          intermediate_size=32, residual="delta_block", num_blocks=2, exact_conversion="gate")
     model = AttnResLM(config)
-    parallel = wrap_model(model, TrainConfig(parallel="fsdp"), "fsdp", current_env())
+    parallel = wrap_model(model, "fsdp", current_env(), TrainConfig(parallel="fsdp").step_settings())
     embed = model.embed_tokens.weight
     Path(f"{out}.{rank}").write_text(json.dumps({
         "tied": model.lm_head.weight is embed,

@@ -90,3 +90,40 @@ def test_a_training_checkpoint_loads_with_from_pretrained(tmp_path, monkeypatch)
     result.model.eval()
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, result.model(ids).logits)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+@pytest.mark.parametrize("bias", [False, True])
+def test_one_initialisation_path_same_seed_same_weights(tie, bias):
+    """AttnResForCausalLM initialises through AttnResLM's own path: built from the same seed, the two
+    hold identical tensors (transformers' post_init draws nothing again), biases and gates zero."""
+    from attnres import AttnResLM
+
+    config = AttnResConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, intermediate_size=48, residual="delta_block", num_blocks=2,
+                           exact_conversion="gate", tie_word_embeddings=tie, attention_bias=bias)
+    torch.manual_seed(5)
+    plain = AttnResLM(config.to_model_config())
+    torch.manual_seed(5)
+    wrapped = AttnResForCausalLM(config).model
+    assert plain.state_dict().keys() == wrapped.state_dict().keys()
+    for name, tensor in plain.state_dict().items():
+        assert torch.equal(wrapped.state_dict()[name], tensor), name
+    assert tensor.abs().sum() > 0  # a real draw, not zeros everywhere
+    biases = [p for n, p in plain.named_parameters() if n.endswith("bias")]
+    assert len(biases) == (6 if bias else 0) and all(not b.any() for b in biases)
+    assert all(r.gate.item() == 0 and not r.query.any() for r in plain.routers)
+
+
+def test_from_pretrained_initialises_what_a_standard_checkpoint_lacks(tmp_path):
+    """Routers missing from a checkpoint get METHOD §2's initialisation through _init_weights."""
+    standard = tiny("standard")
+    standard.save_pretrained(tmp_path)
+    config = transformers.AutoConfig.from_pretrained(tmp_path)
+    config.residual, config.num_blocks, config.exact_conversion = "delta_block", 2, "gate"
+    model = AttnResForCausalLM.from_pretrained(tmp_path, config=config).eval()
+    assert all(r.gate.item() == 0 and not r.query.any() and bool((r.key_norm.weight == 1).all())
+               for r in model.model.routers)
+    ids = torch.randint(0, 64, (2, 9))
+    with torch.no_grad():  # the gate at zero: the converted model is the standard one
+        assert torch.allclose(model(ids).logits, standard(ids).logits, atol=1e-6)

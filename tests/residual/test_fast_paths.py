@@ -92,3 +92,22 @@ def test_triton_equals_reference(residual, num_blocks, exact):
     ids = IDS_IN.to(device)
     got = run(fast.to(device), ids)
     assert_same(got, run(reference.to(device), ids), rtol=1e-5, atol=5e-5)  # other summation order
+
+
+@pytest.mark.parametrize("impl", ["reference", "lean"])
+@pytest.mark.parametrize("residual, num_blocks, exact", VARIANTS, ids=IDS)
+def test_every_path_calls_every_router_as_a_module(residual, num_blocks, exact, impl):
+    """Forward hooks see each router once per forward, with the sources `source_names` lists and the
+    weights it returns, on the two-phase block paths too: analysis never has to switch paths."""
+    reference, fast = pair(residual, num_blocks, exact, "reference")
+    model = reference if impl == "reference" else fast
+    model.residual.impl = impl
+    calls = []
+    for r, router in enumerate(model.routers):
+        router.register_forward_hook(lambda m, args, kwargs, out, r=r: calls.append((r, len(args[0]), out[1])),
+                                     with_kwargs=True)
+    ids = torch.randint(0, 64, (2, 7), generator=torch.Generator().manual_seed(3))
+    out = model(ids, return_routing=True)
+    names = model.residual.source_names()
+    assert [(r, n) for r, n, _ in calls] == [(r, len(names[r])) for r in range(len(model.routers))]
+    assert all(torch.equal(seen, returned) for (_, _, seen), returned in zip(calls, out.routing))

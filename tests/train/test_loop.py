@@ -10,23 +10,23 @@ import pytest
 
 from attnres.cli import main
 from attnres.train import CheckpointError, TrainingError, latest_checkpoint, load_run_config, train
-from attnres.train.checkpoint import checkpoint_dirs, read_checkpoint
+from attnres.checkpoint import checkpoint_dirs, read_checkpoint
 from attnres.train.metrics import read_metrics
 
 # Runs `attnres train` in a child process that SIGKILLs itself at a chosen point: a real crash,
 # with nothing flushed or cleaned up, at a reproducible place.
 KILLER = textwrap.dedent("""
     import os, signal, sys
-    import attnres.train.loop as loop
-    import attnres.train.checkpoint as ckpt
+    import attnres.train.metrics as metrics
+    import attnres.checkpoint.single as ckpt
     mode, at = sys.argv[1], int(sys.argv[2])
     if mode == "after_step":
-        original = loop.MetricsLogger.log
+        original = metrics.MetricsLogger.log
         def log(self, record):
             original(self, record)
             if record["step"] == at:
                 os.kill(os.getpid(), signal.SIGKILL)
-        loop.MetricsLogger.log = log
+        metrics.MetricsLogger.log = log
     else:  # "during_save": die after the model file of checkpoint `at` is written, before the rest
         original = ckpt.save_file
         def save_file(tensors, path, *a, **k):

@@ -56,10 +56,9 @@ def collect_source_cosines(model: AttnResLM, batches: Iterable[torch.Tensor]) ->
     the CPU, rows and columns in the order of `model.residual.source_names()[r]`, averaged over all
     tokens of all batches (every token counts once, so batches may differ in size). Empty for
     `standard` (no forward is run). Routers are observed through forward pre-hooks, which see the
-    list of sources each router is called with; only the reference path calls every router on its
-    own (the fast block paths route a whole block at once), so `model.residual.impl` is set to
-    "reference" meanwhile. The implementation, the training flag and the hooks are restored
-    afterwards, also when a forward or a hook raises.
+    list of sources each router is called with: every routing path (reference, fast, two-phase
+    block routing) calls each router as a module once per forward. The training flag and the hooks
+    are restored afterwards, also when a forward or a hook raises.
     """
     residual = model.residual
     routers = list(model.routers)
@@ -82,23 +81,20 @@ def collect_source_cosines(model: AttnResLM, batches: Iterable[torch.Tensor]) ->
 
     hooks = []
     was_training = model.training
-    impl = residual.impl
     try:
         for r, router in enumerate(routers):
             hooks.append(router.register_forward_pre_hook(observer(r), with_kwargs=True))
-        residual.impl = "reference"
         model.eval()
         with torch.no_grad():
             for ids in batches:
                 before = list(calls)
                 model(ids)
                 if any(after != start + 1 for after, start in zip(calls, before)):
-                    raise RuntimeError("each router must be called exactly once per forward on the reference path")
+                    raise RuntimeError("each router must be called exactly once per forward")
                 tokens += ids.numel()
     finally:
         for handle in hooks:
             handle.remove()
-        residual.impl = impl
         model.train(was_training)
 
     if tokens == 0:

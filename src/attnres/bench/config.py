@@ -1,36 +1,39 @@
-"""BenchConfig: what `attnres bench` measures and at which sizes; presets and validation."""
+"""BenchConfig: what `attnres bench` measures and at which sizes; YAML presets, --set overrides, validation.
+
+A run's settings are layered: a preset YAML (configs/bench/NAME.yaml or a path), then --quick's
+overlay (configs/bench/overlays/quick.yaml), then `--set key=value`, then explicit flags. Each
+BenchConfig field carries its command-line flag and help in its metadata; the `bench` parser and
+every error message come from there.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import typing
+from collections.abc import Sequence
+from dataclasses import Field, asdict, dataclass, field, fields
+from importlib import resources
+from pathlib import Path
 
+from attnres.common.checks import check_bool, check_choice, check_int
+from attnres.common.config_files import parse_assignment, read_yaml_mapping
+from attnres.common.precision import PRECISIONS
 from attnres.model.config import RESIDUALS
-
-try:  # the routing_impl field of ModelConfig
-    from attnres.model.config import ROUTING_IMPLS
-except ImportError:  # pragma: no cover - older model package
-    ROUTING_IMPLS = ("auto", "reference", "lean", "triton")
+from attnres.routing import IMPLS
 
 BASELINE = "standard"
 VARIANTS = tuple(r for r in RESIDUALS if r != BASELINE)  # compared against the baseline
-PRECISIONS = ("bf16", "fp32")
-PRESETS = ("cpu", "paper-gpu")
-
-# Option name on the command line for each field, so errors name what the user typed.
-OPTION_NAMES = {
-    "variants": "--variants", "hidden_size": "--hidden", "num_layers": "--layers", "seq_len": "--seq-len",
-    "batch_size": "--batch-size", "vocab_size": "--vocab-size", "num_blocks": "--num-blocks",
-    "repeats": "--repeats", "warmup": "--warmup", "depths": "--depths", "sweep_hidden": "--sweep-hidden",
-    "sweep_seq_len": "--sweep-seq-len", "decode_tokens": "--decode-tokens", "router_sources": "--router-sources",
-    "router_batch": "--router-batch", "precision": "--precision", "routing_impl": "--routing-impl",
-    "device": "--device", "seed": "--seed", "threads": "--threads", "preset": "--preset",
-}
 MIN_REPEATS = 5  # the issue asks for the median of at least 5 repeats
+DEFAULT_PRESET = "cpu"
+
+
+def setting(default, help: str, flag: str | None = None, metavar: str | None = None):
+    """A BenchConfig field whose command-line flag (default `--field-name`) and help live in its metadata."""
+    return field(default=default, metadata={"flag": flag, "help": help, "metavar": metavar})
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """Sizes and settings of one benchmark run. Validated at construction (ValueError naming the option).
+    """Sizes and settings of one benchmark run. Validated at construction (ValueError naming the flag).
 
     Main comparison: `variants` (each against `standard`) at hidden_size x num_layers, batches of
     batch_size x seq_len tokens, decode_tokens generated one at a time after a seq_len prompt.
@@ -39,46 +42,48 @@ class BenchConfig:
     (router_batch, seq_len, hidden_size). Timings are medians of `repeats` interleaved rounds after
     `warmup` discarded rounds. Block variants use `num_blocks` or, where invalid, the nearest valid count.
     `threads`: torch's intra-op threads for the run (None: leave torch's setting).
+    `preset` and `quick` record where the values came from.
     """
 
-    preset: str = "cpu"
-    variants: tuple[str, ...] = VARIANTS
-    hidden_size: int = 256
-    num_layers: int = 24
-    seq_len: int = 256
-    batch_size: int = 1
-    vocab_size: int = 4096
-    num_blocks: int = 8
-    repeats: int = 5
-    warmup: int = 2
-    depths: tuple[int, ...] = (12, 24, 48)
-    sweep_hidden: int = 64
-    sweep_seq_len: int = 128
-    decode_tokens: int = 16
-    router_sources: int = 9
-    router_batch: int = 32
-    precision: str = "bf16"
-    routing_impl: str = "auto"
-    device: str = "cpu"
-    seed: int = 0
-    threads: int | None = None
-    quick: bool = False
+    preset: str = setting(DEFAULT_PRESET, "a bundled preset name or a preset YAML path")
+    variants: tuple[str, ...] = setting(VARIANTS, "variants to compare with standard, space- or comma-separated",
+                                        metavar="VARIANT")
+    hidden_size: int = setting(256, "model width", flag="--hidden", metavar="D")
+    num_layers: int = setting(24, "model depth", flag="--layers", metavar="L")
+    seq_len: int = setting(256, "tokens per sequence and prompt length")
+    batch_size: int = setting(1, "sequences per batch")
+    vocab_size: int = setting(4096, "vocabulary of the random tokens")
+    num_blocks: int = setting(8, "blocks of block variants; the nearest valid count is used")
+    repeats: int = setting(5, f"measured rounds, at least {MIN_REPEATS}")
+    warmup: int = setting(2, "discarded rounds first")
+    depths: tuple[int, ...] = setting((12, 24, 48), "layer counts of the depth sweep, e.g. 12,24,48; 'none' skips it",
+                                      metavar="L")
+    sweep_hidden: int = setting(64, "model width in the depth sweep")
+    sweep_seq_len: int = setting(128, "sequence length in the depth sweep")
+    decode_tokens: int = setting(16, "tokens decoded one at a time")
+    router_sources: int = setting(9, "sources of the router micro-benchmark")
+    router_batch: int = setting(32, "batch of the router's (batch, seq-len, hidden) sources")
+    precision: str = setting("bf16", f"one of {list(PRECISIONS)}; bf16 runs under autocast")
+    routing_impl: str = setting("auto", f"one of {list(IMPLS)}")
+    device: str = setting("cpu", "cpu, cuda or cuda:N")
+    seed: int = setting(0, "seed of weights and tokens")
+    threads: int | None = setting(None, "torch intra-op threads (default: leave torch's setting)")
+    quick: bool = setting(False, "whether the --quick overlay was applied")
 
     def __post_init__(self) -> None:
-        if self.preset not in PRESETS:
-            raise ValueError(f"--preset must be one of {list(PRESETS)}, got {self.preset!r}")
+        check_preset(self.preset)
+        check_bool(self.quick, OPTION_NAMES["quick"])
         object.__setattr__(self, "variants", tuple(self.variants))
         object.__setattr__(self, "depths", tuple(self.depths))
         for name in ("hidden_size", "num_layers", "seq_len", "batch_size", "vocab_size", "num_blocks",
-                     "sweep_hidden", "sweep_seq_len", "decode_tokens", "router_batch"):
-            _require_int(name, getattr(self, name), 1)
-        _require_int("warmup", self.warmup, 0)
-        _require_int("seed", self.seed, 0)
-        if self.threads is not None:
-            _require_int("threads", self.threads, 1)
-        _require_int("router_sources", self.router_sources, 1)
-        _require_int("repeats", self.repeats, MIN_REPEATS,
-                     why=f" (the benchmark reports the median of at least {MIN_REPEATS} repeats)")
+                     "sweep_hidden", "sweep_seq_len", "decode_tokens", "router_sources", "router_batch"):
+            check_int(getattr(self, name), OPTION_NAMES[name])
+        check_int(self.warmup, OPTION_NAMES["warmup"], minimum=0)
+        check_int(self.seed, OPTION_NAMES["seed"], minimum=0)
+        if self.threads is not None:  # "None or ..." in the message would suggest typing None on the command line
+            check_int(self.threads, OPTION_NAMES["threads"])
+        check_int(self.repeats, OPTION_NAMES["repeats"], minimum=MIN_REPEATS,
+                  why=f" (the benchmark reports the median of at least {MIN_REPEATS} repeats)")
         for name in ("hidden_size", "sweep_hidden"):
             if getattr(self, name) % 2:
                 raise ValueError(f"{OPTION_NAMES[name]} must be even (RoPE rotates pairs), got {getattr(self, name)}")
@@ -91,12 +96,11 @@ class BenchConfig:
         if len(set(self.variants)) != len(self.variants):
             raise ValueError(f"--variants lists a variant twice: {list(self.variants)}")
         for depth in self.depths:
-            _require_int("depths", depth, 1, what="every depth")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"--precision must be one of {list(PRECISIONS)}, got {self.precision!r}")
-        if self.routing_impl not in ROUTING_IMPLS:
-            raise ValueError(f"--routing-impl must be one of {list(ROUTING_IMPLS)}, got {self.routing_impl!r}")
-        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
+            check_int(depth, f"{OPTION_NAMES['depths']}: every depth")
+        check_choice(self.precision, OPTION_NAMES["precision"], PRECISIONS)
+        check_choice(self.routing_impl, OPTION_NAMES["routing_impl"], IMPLS)
+        if not (isinstance(self.device, str)
+                and (self.device in ("cpu", "cuda") or self.device.startswith("cuda:"))):
             raise ValueError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
 
     def to_dict(self) -> dict:
@@ -104,41 +108,119 @@ class BenchConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
 
-def _require_int(name: str, value, minimum: int, why: str = "", what: str | None = None) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        label = f"{OPTION_NAMES[name]}: {what}" if what else OPTION_NAMES[name]
-        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{label} must be {kind}{why}, got {value!r}")
+def flag_name(spec: Field) -> str:
+    """The command-line flag of a BenchConfig field: its metadata's, else `--field-name`."""
+    return spec.metadata.get("flag") or "--" + spec.name.replace("_", "-")
 
 
-# Preset sizes. `cpu` matches the targets' conditions (hidden 256, 24 layers, seq 256); `paper-gpu`
-# is the GPU check the issue names (hidden 2048, 32 layers, seq 4096) on one GPU.
-PRESET_VALUES = {
-    "cpu": {},
-    "paper-gpu": dict(hidden_size=2048, num_layers=32, seq_len=4096, batch_size=1, vocab_size=32000, repeats=10,
-                      warmup=3, depths=(12, 24, 48), sweep_hidden=1024, sweep_seq_len=2048, decode_tokens=64,
-                      router_sources=9, router_batch=2, device="cuda"),
-}
-# --quick: a tiny model and few tokens, a run of seconds; explicit options still win. One thread:
-# tiny ops gain nothing from more, and on a busy machine OpenMP threads wait on each other.
-QUICK_VALUES = dict(threads=1, hidden_size=64, num_layers=4, seq_len=32, batch_size=2, vocab_size=256, num_blocks=4,
-                    warmup=1, depths=(2, 4), sweep_hidden=32, sweep_seq_len=32, decode_tokens=4, router_sources=5,
-                    router_batch=4, repeats=MIN_REPEATS)
+# Flag of every field, so errors name what the user typed.
+OPTION_NAMES = {spec.name: flag_name(spec) for spec in fields(BenchConfig)}
+# The fields a preset, --set or a flag sets; `preset` and `quick` pick the layers instead.
+SETTING_NAMES = tuple(name for name in OPTION_NAMES if name not in ("preset", "quick"))
 
 
-def resolve_config(preset: str = "cpu", quick: bool = False, **overrides) -> BenchConfig:
-    """BenchConfig from a preset, then --quick's sizes, then explicit `overrides` (None values ignored).
+def flag_arguments() -> list[tuple[str, dict]]:
+    """(flag, argparse keyword arguments) for every setting, generated from BenchConfig's fields.
+
+    The argparse dest is the field name and every default is None, meaning "not given": the
+    preset's (or --set's) value stays. Tuple fields take one or more values, each of which may be
+    comma-separated; resolve_config parses them.
+    """
+    hints = typing.get_type_hints(BenchConfig)
+    arguments = []
+    for spec in fields(BenchConfig):
+        if spec.name not in SETTING_NAMES:
+            continue
+        kwargs = {"dest": spec.name, "default": None, "help": _help_text(spec)}
+        if spec.metadata.get("metavar"):
+            kwargs["metavar"] = spec.metadata["metavar"]
+        hint = hints[spec.name]
+        if typing.get_origin(hint) is tuple:
+            kwargs["nargs"] = "+"
+        else:  # `int | None` -> int
+            kwargs["type"] = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
+        arguments.append((flag_name(spec), kwargs))
+    return arguments
+
+
+def _help_text(spec: Field) -> str:
+    default = spec.default
+    if default is None:
+        return spec.metadata["help"]
+    shown = ",".join(str(v) for v in default) if isinstance(default, tuple) else default
+    return f"{spec.metadata['help']} (default: {shown})"
+
+
+def preset_dir() -> Path:
+    """Where the bundled presets live (`configs/bench/` in the repository)."""
+    return Path(str(resources.files("attnres") / "configs" / "bench"))
+
+
+def available_presets() -> list[str]:
+    """Names of the bundled presets (overlays such as --quick's are not presets)."""
+    return sorted(p.stem for p in preset_dir().glob("*.yaml"))
+
+
+def is_preset_path(preset: str) -> bool:
+    """Whether `preset` names a file (it has a suffix or a folder) rather than a bundled preset."""
+    path = Path(preset)
+    return bool(path.suffix) or path.name != preset
+
+
+def check_preset(preset: object) -> None:
+    """ValueError unless `preset` is a bundled preset name or a path to a YAML file."""
+    if isinstance(preset, str) and (is_preset_path(preset) or preset in available_presets()):
+        return
+    raise ValueError(f"--preset must be one of {available_presets()}, got {preset!r} "
+                     f"(or give a path to a preset YAML file)")
+
+
+def preset_path(preset: str) -> Path:
+    """The YAML file of a bundled preset name or a preset path; ValueError when there is none."""
+    check_preset(preset)
+    path = Path(preset) if is_preset_path(preset) else preset_dir() / f"{preset}.yaml"
+    if not path.is_file():
+        raise ValueError(f"--preset: preset file {path} does not exist")
+    return path
+
+
+def load_settings(path: str | Path) -> dict:
+    """The settings a preset or overlay YAML file holds: a mapping of BenchConfig field names to values."""
+    values = read_yaml_mapping(path, "bench preset", "a mapping of settings")
+    _check_names(values, f"bench preset {path}")
+    return values
+
+
+def parse_set_args(items: Sequence[str]) -> dict:
+    """`key=value` strings (--set) -> {key: value}, each value parsed as YAML (12, [12, 24], null, fp32)."""
+    values = dict(parse_assignment(item, "--set", "key=value (e.g. repeats=10)") for item in items)
+    _check_names(values, "--set")
+    return values
+
+
+def _check_names(values: dict, source: str) -> None:
+    unknown = sorted(set(values) - set(SETTING_NAMES), key=str)
+    if unknown:
+        raise ValueError(f"{source}: unknown bench settings {unknown}; allowed: {sorted(SETTING_NAMES)}")
+
+
+# --quick: a tiny model and few tokens, a run of seconds (see the overlay file for the values).
+QUICK_PATH = preset_dir() / "overlays" / "quick.yaml"
+QUICK_VALUES = load_settings(QUICK_PATH)
+
+
+def resolve_config(preset: str = DEFAULT_PRESET, quick: bool = False, set_args: Sequence[str] = (),
+                   **overrides) -> BenchConfig:
+    """BenchConfig from a preset (name or YAML path), then --quick's overlay, then `set_args`
+    ("key=value" strings), then explicit `overrides` (keyword per field; None values ignored).
 
     `variants` may be given as strings holding comma-separated names; `depths` as "12,24,48"
-    (an empty string or "none" skips the depth sweep).
+    (an empty string or "none" skips the depth sweep), or either as a sequence of such items.
     """
-    if preset not in PRESETS:
-        raise ValueError(f"--preset must be one of {list(PRESETS)}, got {preset!r}")
-    known = {f.name for f in fields(BenchConfig)}
-    unknown = sorted(set(overrides) - known)
+    unknown = sorted(set(overrides) - set(SETTING_NAMES))
     if unknown:
-        raise ValueError(f"unknown bench settings {unknown}; allowed: {sorted(known)}")
-    values = {**PRESET_VALUES[preset], **(QUICK_VALUES if quick else {})}
+        raise ValueError(f"unknown bench settings {unknown}; allowed: {sorted(SETTING_NAMES)}")
+    values = {**load_settings(preset_path(preset)), **(QUICK_VALUES if quick else {}), **parse_set_args(set_args)}
     values.update({k: v for k, v in overrides.items() if v is not None})
     if "variants" in values:
         values["variants"] = parse_names(values["variants"])
@@ -149,25 +231,31 @@ def resolve_config(preset: str = "cpu", quick: bool = False, **overrides) -> Ben
 
 def parse_names(value) -> tuple[str, ...]:
     """'a,b' or ['a', 'b,c'] -> ('a', 'b', 'c'); blanks dropped."""
+    if not isinstance(value, (str, list, tuple)):
+        raise ValueError(f"--variants must be variant names like block_attnres,delta_block, got {value!r}")
     items = [value] if isinstance(value, str) else list(value)
     return tuple(name.strip() for item in items for name in str(item).split(",") if name.strip())
 
 
-def parse_depths(value) -> tuple[int, ...]:
-    """'12,24,48' (or a sequence of ints) -> (12, 24, 48); '' or 'none' -> () (no depth sweep)."""
-    if not isinstance(value, str):
-        return tuple(value)
-    text = value.strip().lower()
-    if text in ("", "none"):
-        return ()
-    depths = []
-    for item in text.split(","):
-        try:
-            depths.append(int(item))
-        except ValueError:
-            raise ValueError(f"--depths must be comma-separated positive integers like 12,24,48 (or 'none'), "
-                             f"got {value!r}") from None
-    return tuple(depths)
+def parse_depths(value) -> tuple:
+    """'12,24,48', ['12', '24,48'] or [12, 24, 48] -> (12, 24, 48); 'none', '' or [] -> () (no depth sweep).
 
-# BenchConfig fields the command line sets (argparse dests); None there means "not given".
-BENCH_OPTIONS = tuple(f.name for f in fields(BenchConfig) if f.name not in ("preset", "quick"))
+    Items that are not text pass through unchanged for BenchConfig to check.
+    """
+    items = [value] if isinstance(value, str) else list(value) if isinstance(value, (list, tuple)) else [value]
+    parts = [part.strip() if isinstance(part, str) else part
+             for item in items for part in (item.split(",") if isinstance(item, str) else [item])]
+    parts = [part for part in parts if part != ""]
+    if len(parts) == 1 and isinstance(parts[0], str) and parts[0].lower() == "none":
+        return ()
+    return tuple(_parse_depth(part, value) for part in parts)
+
+
+def _parse_depth(part, whole):
+    if not isinstance(part, str):
+        return part
+    try:
+        return int(part)
+    except ValueError:
+        raise ValueError(f"--depths must be comma-separated positive integers like 12,24,48 (or 'none'), "
+                         f"got {whole!r}") from None

@@ -13,9 +13,9 @@ import torch
 
 from attnres.bench.config import BASELINE, BenchConfig
 from attnres.bench.timing import Task, ratio, run_interleaved
+from attnres.common.precision import autocast
 from attnres.model import AttnResLM, KVCache, ModelConfig, valid_num_blocks
 from attnres.model.config import BLOCK_RESIDUALS
-from attnres.train.loop import autocast_context
 from attnres.train.memory import measure_step_memory
 
 
@@ -40,11 +40,6 @@ def build_model_config(config: BenchConfig, residual: str, hidden_size: int, num
                        routing_impl=config.routing_impl, **model_shape(hidden_size))
 
 
-def autocast_dtype(precision: str) -> torch.dtype | None:
-    """bf16 -> torch.bfloat16 (autocast); fp32 -> None (no autocast)."""
-    return torch.bfloat16 if precision == "bf16" else None
-
-
 def device_sync(device: torch.device) -> Callable[[], None] | None:
     """torch.cuda.synchronize for a CUDA device, else None (CPU work is synchronous)."""
     if device.type == "cuda":
@@ -66,12 +61,11 @@ class VariantRunner:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.batch, self.decode_ids = batch, decode_ids
         self.precision = precision
-        self.dtype = autocast_dtype(precision)
         self.device = device
         self._cache: KVCache | None = None
 
     def _autocast(self):
-        return autocast_context(self.device, self.precision)
+        return autocast(self.device, self.precision)
 
     def train_step(self) -> None:
         """Forward with loss, backward, AdamW step on `batch`."""
@@ -115,7 +109,7 @@ class VariantRunner:
         if cuda:
             torch.cuda.synchronize(self.device)
             resident = torch.cuda.memory_allocated(self.device)
-        result = measure_step_memory(self.model, self.batch, self.dtype)
+        result = measure_step_memory(self.model, self.batch, self.precision)
         if cuda:
             state = sum(t.numel() * t.element_size() for s in self.optimizer.state.values()
                         for t in s.values() if torch.is_tensor(t))
@@ -232,5 +226,5 @@ def run_depth_sweep(config: BenchConfig, log: Callable[[str], object] = print) -
     return sweep
 
 
-__all__ = ["VariantRunner", "autocast_dtype", "build_model_config", "device_sync", "model_shape",
-           "nearest_num_blocks", "run_depth_sweep", "run_model_bench"]
+__all__ = ["VariantRunner", "build_model_config", "device_sync", "model_shape", "nearest_num_blocks",
+           "run_depth_sweep", "run_model_bench"]

@@ -39,7 +39,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def format_markdown(results: dict) -> str:
-    """The report as markdown: run details, per-variant tables, depth sweep, router, targets."""
+    """The report as markdown: run details, per-variant tables, depth sweep, router."""
     config, machine = results["config"], results["machine"]
     lines = ["# attnres bench", "",
              f"Command: `{results['command']}`", "",
@@ -55,7 +55,6 @@ def format_markdown(results: dict) -> str:
     lines += _model_section(results.get("models"))
     lines += _sweep_section(results.get("depth_sweep"))
     lines += _router_section(results.get("router"))
-    lines += _targets_section(results)
     lines += ["## How this is measured", "",
               "Each round runs every variant once in turn (standard first), so drifting machine load hits all "
               "alike; warm-up rounds are dropped and each figure is the median over rounds, divided by "
@@ -124,14 +123,3 @@ def _router_section(router: dict | None) -> list[str]:
              f"`{router['function']}`{impl} over {router['n_sources']} sources of shape {tuple(router['shape'])}, "
              f"{router['dtype']}, on {router['device']}.", ""]
             + _table(["measurement", "bytes moved (MiB)", "median (ms)", "GB/s", "of copy bandwidth"], rows) + [""])
-
-
-def _targets_section(results: dict) -> list[str]:
-    rows = [[t["target"], f"{t['op']} {t['limit']:.2f}", "-" if t["measured"] is None else f"{t['measured']:.2f}",
-             t["status"]] for t in results["targets"]]
-    lines = ["## Targets", ""]
-    mismatches = results.get("condition_mismatches") or []
-    if mismatches:
-        lines += [f"The targets are stated for {results['target_conditions']}; this run differs ("
-                  + "; ".join(mismatches) + "), so met / missed below is indicative only.", ""]
-    return lines + _table(["target", "limit", "measured", "status"], rows) + [""]

@@ -15,46 +15,33 @@ import torch
 from attnres.bench.config import BenchConfig
 from attnres.bench.model_bench import device_sync
 from attnres.bench.timing import Task, run_interleaved
+from attnres.routing import Router, resolve_impl
 
 EPS = 1e-6
 
 
 def resolved_impl(routing_impl: str, device: torch.device) -> str:
-    """What `routing_impl` means on `device` ("auto" -> "lean" or "triton") per attnres.routing.resolve_impl;
-    the name unchanged where the routing package has no resolve_impl. ValueError for an unusable impl."""
-    import attnres.routing as routing
-
-    resolve = getattr(routing, "resolve_impl", None)
-    return resolve(routing_impl, device) if callable(resolve) else routing_impl
+    """What `routing_impl` means on `device` ("auto" -> "lean" or "triton", `resolve_impl`).
+    ValueError for an unusable impl."""
+    return resolve_impl(routing_impl, device)
 
 
 def default_route_fn(routing_impl: str = "auto") -> Callable:
-    """The routing call to time, as fn(query (D,), key_gain (D,), sources: n x (B, T, D), eps) -> mixed (B, T, D)
-    or (mixed, weights).
+    """The routing call to time, as fn(query (D,), key_gain (D,), sources: n x (B, T, D), eps) ->
+    (mixed (B, T, D), weights): the Router module's forward with impl=routing_impl (what the models
+    run), called through torch.func.functional_call so query and key_gain are the inputs."""
+    routers: dict = {}
 
-    In order of preference: a function `attnres.routing.route`; the Router module's forward with
-    impl=routing_impl (what the models run), called through torch.func.functional_call so query and
-    key_gain are the inputs; `attnres.routing.route_reference`.
-    """
-    import attnres.routing as routing
+    def route_with_router(query, key_gain, sources, eps):
+        key = (query.shape[0], eps, query.device)
+        if key not in routers:
+            routers[key] = Router(query.shape[0], eps).to(query.device)
+        return torch.func.functional_call(routers[key], {"query": query, "key_norm.weight": key_gain},
+                                          (list(sources),), {"impl": routing_impl})
 
-    route = getattr(routing, "route", None)
-    if callable(route) and inspect.isfunction(route):
-        return route
-    if "impl" in _parameters(routing.Router.forward):
-        routers: dict = {}
-
-        def route_with_router(query, key_gain, sources, eps):
-            key = (query.shape[0], eps, query.device)
-            if key not in routers:
-                routers[key] = routing.Router(query.shape[0], eps).to(query.device)
-            return torch.func.functional_call(routers[key], {"query": query, "key_norm.weight": key_gain},
-                                              (list(sources),), {"impl": routing_impl})
-
-        route_with_router.bench_name = f"attnres.routing.Router.forward(impl={routing_impl!r})"
-        route_with_router.uses_routing_impl = True
-        return route_with_router
-    return routing.route_reference
+    route_with_router.bench_name = f"attnres.routing.Router.forward(impl={routing_impl!r})"
+    route_with_router.uses_routing_impl = True
+    return route_with_router
 
 
 def function_name(fn: Callable) -> str:

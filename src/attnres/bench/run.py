@@ -1,9 +1,7 @@
-"""run_bench: the three benchmarks in order, targets, machine details, and the report files."""
+"""run_bench: the three benchmarks in order, machine details, and the report files."""
 
 from __future__ import annotations
 
-import os
-import platform
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,40 +12,7 @@ from attnres.bench.config import BenchConfig
 from attnres.bench.model_bench import run_depth_sweep, run_model_bench
 from attnres.bench.report import write_report
 from attnres.bench.router_bench import resolved_impl, run_router_bench
-from attnres.bench.targets import TARGET_CONDITIONS, condition_mismatches, evaluate_targets
-
-
-def cpu_has_native_bf16() -> bool | None:
-    """Whether the CPU advertises bf16 arithmetic (x86 avx512_bf16 / amx_bf16, Arm bf16); None if unknown."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return None
-    flags = set()
-    for line in text.splitlines():
-        if line.lower().startswith(("flags", "features")):
-            flags.update(line.split(":", 1)[1].split())
-    if not flags:
-        return None
-    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
-
-
-def machine_info(device: torch.device) -> dict:
-    """torch version, device and its name, torch threads, CPU count, Python, platform, CPU bf16 support."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = platform.processor() or platform.machine()
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-        except OSError:
-            pass
-    return {"torch": torch.__version__, "device": str(device), "device_name": name,
-            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
-            "platform": platform.platform(), "cpu_native_bf16": cpu_has_native_bf16()}
+from attnres.common.machine import machine_info
 
 
 def check_device(device: str) -> torch.device:
@@ -107,7 +72,4 @@ def _run(config: BenchConfig, device: torch.device, command: str, route_fn: Call
         "models": models,
         "depth_sweep": sweep,
         "router": router,
-        "targets": evaluate_targets(models, router),
-        "target_conditions": TARGET_CONDITIONS,
-        "condition_mismatches": condition_mismatches(config),
     }

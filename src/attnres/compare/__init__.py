@@ -1,5 +1,6 @@
-"""Comparison of residual variants: summary statistics and the written report."""
+"""`attnres compare`: train residual variants on the same data and seeds; the report is in `attnres.report`."""
 
-from attnres.compare.report import summarize, write_report
+from attnres.compare.presets import load_preset
+from attnres.compare.run import run_compare
 
-__all__ = ["summarize", "write_report"]
+__all__ = ["load_preset", "run_compare"]

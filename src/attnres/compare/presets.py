@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
+from attnres.common.checks import check_int
+from attnres.common.config_files import read_yaml_mapping
 from attnres.model.config import variant_name
+from attnres.report.names import slug
 from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
 
 
@@ -47,9 +47,8 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
         if not path.is_file():
             raise RunConfigError(f"unknown preset {name_or_path!r}; available: {available_presets()} "
                                  f"(or give a path to a preset YAML file)")
-    elif not path.is_file():
-        raise RunConfigError(f"preset file {path} does not exist")
-    values = yaml.safe_load(path.read_text()) or {}
+    values = read_yaml_mapping(path, "preset file", "a mapping with description, run, variants, seeds",
+                               RunConfigError)
     unknown = sorted(set(values) - {"description", "run", "variants", "seeds"})
     if unknown:
         raise RunConfigError(f"preset {path}: unknown key(s) {unknown}; allowed: description, run, variants, seeds")
@@ -58,8 +57,7 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
     if not any(isinstance(v, dict) and v.get("residual") == "standard" for v in variants):
         raise RunConfigError(f"preset {path}: 'variants' must list residual schemes and include standard")
     seeds = values.get("seeds", 1)
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise RunConfigError(f"preset {path}: seeds must be a positive integer, got {seeds!r}")
+    check_int(seeds, f"preset {path}: seeds", error=RunConfigError)
     for variant in variants:  # validate every variant's run now, before any training starts
         variant_run(run, variant, seed=0, out_dir="unused")
     return ComparePreset(path.stem, values.get("description", ""), run, variants, seeds)
@@ -79,5 +77,5 @@ def variant_run(base: dict, variant: dict, seed: int, out_dir: str) -> RunConfig
 
 
 def variant_slug(variant: dict) -> str:
-    """File-name-safe form of `variant_name`, e.g. "delta_block-N-4"."""
-    return re.sub(r"[^A-Za-z0-9_]+", "-", variant_name(variant)).strip("-")
+    """Run folder name of a variant: `variant_name` as a case-keeping slug, e.g. "delta_block-N-4"."""
+    return slug(variant_name(variant), keep_case=True, fallback="variant")

@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from attnres.analysis.depth_stats import collect_depth_stats
-from attnres.analysis.document import write_atomic
+from attnres.analysis import collect_depth_stats
+from attnres.checkpoint import checkpoint_dirs
+from attnres.common.atomic import write_atomic
+from attnres.common.machine import machine_info
 from attnres.compare.presets import ComparePreset, variant_run, variant_slug
-from attnres.compare.report import write_report
 from attnres.data import TokenBatches, eval_batches
 from attnres.model.config import variant_name
-from attnres.train.loop import train
+from attnres.report.compare_report import write_report
+from attnres.routing import resolve_impl
+from attnres.train import train
 from attnres.train.memory import measure_step_memory
-from attnres.train.checkpoint import checkpoint_dirs
 from attnres.train.metrics import read_metrics
 from attnres.train.run_config import RunConfig, RunConfigError
 
@@ -59,11 +60,14 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
     if count > 1:
         return None
     settings = preset.run
+    first = variant_run(preset.run, preset.variants[0], seed=0, out_dir="unused")
+    routing_impl = first.build_model_config(vocab_size=256).routing_impl  # the same for every variant
     results = {
         "preset": preset.name, "description": preset.description, "command": command,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"device": device, "torch": torch.__version__, "threads": torch.get_num_threads(),
-                    "platform": platform.platform()},
+        "machine": machine_info(torch.device(device)),
+        "code_path": {"routing_impl": routing_impl, "routing": resolve_impl(routing_impl, torch.device(device)),
+                      "precision": first.train.precision},
         "settings": {"model": settings.get("model", {}), "data": settings.get("data", {}),
                      "train": settings.get("train", {})},
         "seeds": seed_list,
@@ -112,7 +116,7 @@ def _run_record(run, result, seed: int, device: str) -> dict:
     cfg = run.train
     val = [b.to(device) for b in eval_batches(result.data.val_tokens, cfg.seq_len, cfg.batch_size, cfg.eval_batches)]
     probe = TokenBatches(result.data.train_tokens, cfg.seq_len, cfg.batch_size, cfg.seed).next_batch().to(device)
-    memory = measure_step_memory(result.model, probe, torch.bfloat16 if cfg.precision == "bf16" else None)
+    memory = measure_step_memory(result.model, probe, cfg.precision)
     step_time = statistics.median(times)
     return {
         "seed": seed,

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from attnres.common.checks import check_int, is_number
 from attnres.data.errors import DataError
 
 SOURCE_HELP = ("'demo', 'fineweb-edu', 'hf:<dataset path or local dir>', or a local path to a "
@@ -57,8 +58,7 @@ class DataConfig:
         for name in ("hf_split", "text_field", "id_field"):
             if not _nonempty_str(getattr(self, name)):
                 raise DataError(f"DataConfig.{name} must be a non-empty string, got {getattr(self, name)!r}")
-        if self.max_documents is not None and not _positive_int(self.max_documents):
-            raise DataError(f"DataConfig.max_documents must be None or a positive integer, got {self.max_documents!r}")
+        check_int(self.max_documents, "DataConfig.max_documents", allow_none=True, error=DataError)
         if self.source == "fineweb-edu" and self.max_documents is None:
             # The sample-10BT config alone is ~10 billion tokens: without a cap prepare_data would
             # stream it for days; an explicit number keeps the cost visible in the config.
@@ -66,11 +66,10 @@ class DataConfig:
                             "integer, e.g. 100000): the stream has millions of documents")
         if not _nonempty_str(self.tokenizer):
             raise DataError(f"DataConfig.tokenizer must be {TOKENIZER_HELP}; got {self.tokenizer!r}")
-        if not _positive_int(self.vocab_size) or self.vocab_size < MIN_BPE_VOCAB:
-            raise DataError(f"DataConfig.vocab_size must be an integer >= {MIN_BPE_VOCAB} "
-                            f"(256 bytes + <|endoftext|> + merges), got {self.vocab_size!r}")
+        check_int(self.vocab_size, "DataConfig.vocab_size", minimum=MIN_BPE_VOCAB,
+                  why=" (256 bytes + <|endoftext|> + merges)", error=DataError)
         fraction = self.val_fraction
-        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction < 1.0:
+        if not is_number(fraction) or not 0.0 < fraction < 1.0:
             raise DataError(f"DataConfig.val_fraction must be a number with 0 < val_fraction < 1, got {fraction!r}")
         if not isinstance(self.split_salt, str):
             raise DataError(f"DataConfig.split_salt must be a string, got {self.split_salt!r}")
@@ -93,7 +92,3 @@ class DataConfig:
 
 def _nonempty_str(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip())
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -8,14 +8,13 @@ network access. It is built once into the cache as JSON lines `{"id": "Genesis 1
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from attnres.data.atomic import publish
+from attnres.common.atomic import atomic_file
 from attnres.data.errors import DataError
 
 DEMO_FILENAME = "kjv-chapters.jsonl"
@@ -37,15 +36,9 @@ def ensure_demo_corpus(cache_dir: Path) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     chapters = _build()
-    fd, tmp_name = tempfile.mkstemp(prefix=".kjv-", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            for doc_id, text in chapters:
-                out.write(json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n")
-        publish(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    with atomic_file(target, "w") as out:
+        for doc_id, text in chapters:
+            out.write(json.dumps({"id": doc_id, "text": text}, ensure_ascii=False) + "\n")
     return target
 
 

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from attnres.common.checks import check_int, is_int
 from attnres.data.errors import DataError
 
 
@@ -23,7 +24,7 @@ class TokenBatches:
     def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int) -> None:
         _check_positive("seq_len", seq_len)
         _check_positive("batch_size", batch_size)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        if not is_int(seed) or seed < 0:
             raise DataError(f"TokenBatches: seed must be a non-negative integer, got {seed!r}")
         self._windows = _windows(tokens, seq_len, "training")
         self.seq_len, self.batch_size, self.seed = seq_len, batch_size, seed
@@ -108,5 +109,4 @@ def _windows(tokens: np.ndarray, seq_len: int, what: str) -> np.ndarray:
 
 
 def _check_positive(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise DataError(f"{name} must be a positive integer, got {value!r}")
+    check_int(value, name, error=DataError)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from attnres.data.atomic import publish, write_json_atomic
+from attnres.common.atomic import publish, write_atomic
 from attnres.data.errors import DataError
 from attnres.data.tokenizer import Tokenizer
 
@@ -94,7 +94,7 @@ class TokenWriter:
         publish(self._tmp, self._cache.tokens_path(self._key))
         meta = {"format": CACHE_FORMAT, "key": self._key, "dtype": self._dtype.name, "length": self.tokens,
                 "documents": self.documents, "eos_id": self._tokenizer.eos_id, **self._extra}
-        write_json_atomic(self._cache.meta_path(self._key), meta)
+        write_atomic(self._cache.meta_path(self._key), json.dumps(meta, indent=2, sort_keys=True))
         return meta
 
     def abort(self) -> None:

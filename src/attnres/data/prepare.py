@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from attnres.data.atomic import publish
+from attnres.common.atomic import publish
 from attnres.data.config import DataConfig
 from attnres.data.errors import DataError
 from attnres.data.hashing import cache_key

@@ -10,6 +10,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as _BackendTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from attnres.common.checks import check_int
 from attnres.data.errors import DataError
 from attnres.data.hashing import digest
 
@@ -105,8 +106,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
 
     Deterministic: the same texts in the same order give the same vocabulary and merges.
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 260:
-        raise DataError(f"train_bpe: vocab_size must be an integer >= 260, got {vocab_size!r}")
+    check_int(vocab_size, "train_bpe: vocab_size", minimum=260, error=DataError)
     backend = _BackendTokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()

@@ -1,6 +1,7 @@
 """Distributed checkpoints: model and optimizer tensors in torch.distributed.checkpoint (DCP) files.
 
-A data-parallel run writes `<run>/checkpoints/step_N/` as:
+The layout, digests and publication are `attnres.checkpoint.format`'s. A run in a process group
+(DDP, FSDP2, pipeline) writes `<run>/checkpoints/step_N/` as:
   .metadata, __<rank>_<i>.distcp   DCP files: "model.<name>" (every parameter and buffer by its
                                    name, tied ones under both names), "optim.<name>.<step|exp_avg|
                                    exp_avg_sq>" (AdamW state by parameter name), "rng.torch"
@@ -23,16 +24,15 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
-from safetensors.torch import load_file
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optimizer_state_dict, get_state_dict,
                                                      set_optimizer_state_dict)
 
+from attnres.checkpoint.format import (DCP_FORMAT, TMP_PREFIX, Checkpoint, CheckpointError, checkpoint_path,
+                                       file_digest, fresh_tmp_dir, latest_checkpoint, publish, verify_files)
+from attnres.checkpoint.single import read_trainer_tensors, restore_training
 from attnres.distributed.env import all_gather_objects, barrier, current_env, is_main
-from attnres.train.checkpoint import (DCP_FORMAT, TMP_PREFIX, Checkpoint, CheckpointError, checkpoint_path,
-                                      file_digest, fresh_tmp_dir, latest_checkpoint, publish, restore_training,
-                                      verify_files)
-from attnres.train.optim import parameter_groups
 
 
 def save_dcp_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler,
@@ -99,8 +99,6 @@ def restore_training_state(checkpoint: Checkpoint, model: nn.Module, optimizer: 
     """Optimizer moments, scheduler position and RNG state from a checkpoint of either format into
     the optimizer of `model` (plain, DDP's inner module or FSDP-sharded), at any world size. An
     optimizer over part of the model (a pipeline rank's stages) takes the state of its parameters."""
-    from torch.distributed.tensor import DTensor
-
     if checkpoint.is_dcp:
         current = get_optimizer_state_dict(model, optimizer)  # the structure to fill, sharded as now
         request = {"optim": current["state"], "rng": {"torch": torch.get_rng_state()}}
@@ -112,7 +110,7 @@ def restore_training_state(checkpoint: Checkpoint, model: nn.Module, optimizer: 
         restore_training(checkpoint, optimizer, scheduler)  # whole parameters: the single-process reader
         return
     else:  # a single-process checkpoint into sharded parameters or part of the model: by name, whole tensors
-        optim_state, rng = _named_optimizer_state(checkpoint, model)
+        optim_state, rng = _named_optimizer_state(checkpoint)
         full = True
     try:
         set_optimizer_state_dict(model, optimizer, optim_state, options=StateDictOptions(full_state_dict=full))
@@ -122,15 +120,19 @@ def restore_training_state(checkpoint: Checkpoint, model: nn.Module, optimizer: 
     torch.set_rng_state(rng)
 
 
-def _named_optimizer_state(checkpoint: Checkpoint, model: nn.Module):
+def _named_optimizer_state(checkpoint: Checkpoint):
     """trainer.safetensors (state keyed by position in the optimizer) keyed by parameter name instead.
 
-    The single-process writer's optimizer held every parameter, grouped by `parameter_groups`; its
-    positions are recovered from that grouping, whatever part of the model this rank's optimizer holds."""
-    tensors = load_file(str(checkpoint.path / "trainer.safetensors"))
+    The one-process writer records each param group's parameter names (state.json's
+    optimizer.param_names); positions count through the groups in order, whatever part of the model
+    this rank's optimizer holds."""
     saved = checkpoint.state["optimizer"]
-    grouped = parameter_groups(model)
-    order = [name for group in saved["param_groups"] for name, _ in grouped.get(group.get("name"), [])]
+    if "param_names" not in saved:
+        raise CheckpointError(f"checkpoint {checkpoint.path} was written by an attnres that did not record "
+                              f"parameter names; resume it once in one process (or with DDP) and save, then "
+                              f"continue with this parallel mode")
+    order = [name for names in saved["param_names"] for name in names]
+    tensors = read_trainer_tensors(checkpoint)
     state: dict[str, dict] = {}
     entries = [(key.removeprefix("optim."), value) for key, value in tensors.items() if key.startswith("optim.")]
     for key, value in entries + list(saved["scalars"].items()):

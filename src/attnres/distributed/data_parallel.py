@@ -1,13 +1,14 @@
-"""Data parallelism for the training loop: which kind, each rank's rows, DDP / FSDP2 wrapping, clipping.
+"""Data parallelism: each rank's rows of every global batch, DDP / FSDP2 wrapping, gradient sync, clipping.
 
-Semantics: `train.batch_size` is the GLOBAL batch of one micro-step. Every rank draws the same
-global batch from the same loader and keeps its own contiguous block of B / W rows. Every row has
-the same number of targets, so the mean of the W rank losses is the single-process loss, and the
-averaged gradient (DDP's all-reduce, FSDP's reduce-scatter) is the single-process gradient.
+Semantics: the global batch of one micro-step is the same on every rank, and every rank keeps its
+own contiguous block of B / W rows. Every row has the same number of targets, so the mean of the W
+rank losses is the single-process loss, and the averaged gradient (DDP's all-reduce, FSDP's
+reduce-scatter) is the single-process gradient. One process is the case W = 1 with no wrapper.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -15,40 +16,16 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from attnres.distributed.env import DistributedEnv
+from attnres.common.precision import autocast
+from attnres.distributed.env import DistributedEnv, all_reduce_mean
+from attnres.distributed.wrapper import ParallelModel, StepSettings
 from attnres.model import AttnResLM
-from attnres.train.config import TrainConfig, TrainConfigError
-
-
-def resolve_parallel(cfg: TrainConfig, env: DistributedEnv | None) -> str:
-    """The kind of parallelism of this run, "none", "ddp", "fsdp" or "pipeline": train.parallel with
-    "auto" resolved (ddp when launched on more than one process, else none) and checked against the launch."""
-    mode = cfg.parallel
-    if mode == "auto":
-        mode = "ddp" if env is not None and env.world_size > 1 else "none"
-    if env is None and mode != "none":
-        raise TrainConfigError(f"train.parallel={mode!r} needs a process group: launch with "
-                               f"`torchrun --nproc_per_node=N -m attnres train ...`, or set train.parallel=none")
-    if env is None:
-        return mode
-    if mode == "none" and env.world_size > 1:
-        raise TrainConfigError(f"train.parallel='none' with {env.world_size} processes would train "
-                               f"{env.world_size} copies side by side; use 'ddp', 'fsdp' or 'auto'")
-    if mode == "pipeline":  # every rank takes whole batches; the micro-batch split is TrainConfig's check
-        if env.world_size < 2:
-            raise TrainConfigError("train.parallel='pipeline' needs at least 2 processes (each runs one or more "
-                                   "stages); launch with `torchrun --nproc_per_node=N` with N >= 2")
-        return mode
-    if cfg.batch_size % env.world_size:
-        raise TrainConfigError(f"train.batch_size={cfg.batch_size} (the global batch) must be divisible by the "
-                               f"world size {env.world_size}: each rank takes batch_size / world_size rows")
-    return mode
 
 
 def local_rows(batch: torch.Tensor, env: DistributedEnv | None) -> torch.Tensor:
     """This rank's block of a global (B, T) batch: rows [r B/W, (r+1) B/W) -> (B/W, T).
 
-    The whole batch in a single process. B must be divisible by W (see resolve_parallel)."""
+    The whole batch in a single process. B must be divisible by W."""
     if env is None:
         return batch
     per_rank = batch.shape[0] // env.world_size
@@ -56,34 +33,43 @@ def local_rows(batch: torch.Tensor, env: DistributedEnv | None) -> torch.Tensor:
 
 
 @dataclass
-class ParallelModel:
-    """A model set up for training on one rank.
+class DataParallel(ParallelModel):
+    """One process (mode "none"), DDP or FSDP2 on this rank.
 
-    model: the AttnResLM (under FSDP its parameters are sharded DTensors, in place): build the
-    optimizer from it, evaluate it, checkpoint it. forward: what a training step calls (the DDP
-    wrapper, else `model`). replicated: parameters FSDP cannot shard (0-dim gates), kept whole on
-    every rank; `finish_gradients` averages their gradients.
+    forward: what a micro-step calls (the DDP wrapper, else `model`), compiled when step.compile.
+    replicated: parameters FSDP cannot shard (0-dim gates), kept whole on every rank;
+    `finish_gradients` averages their gradients.
     """
 
-    model: AttnResLM
-    forward: nn.Module
-    mode: str = "none"
+    forward: nn.Module | None = None
+    env: DistributedEnv | None = None
+    step: StepSettings = field(default_factory=StepSettings)
     replicated: list[nn.Parameter] = field(default_factory=list)
 
-    # A method `train_step(next_batch) -> loss` in a wrapper whose schedule runs forward and backward
-    # itself (the pipeline's); None: the loop runs its own micro-steps through `forward`.
-    train_step = None
+    def __post_init__(self) -> None:
+        module = self.model if self.forward is None else self.forward
+        self.forward = torch.compile(module) if self.step.compile else module
 
-    def trained_parameter_names(self) -> list[str] | None:
-        """Names of the parameters this rank's optimizer updates; None: all of them."""
-        return None
+    def local_rows(self, batch: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of a global (B, T) batch (`local_rows`)."""
+        return local_rows(batch, self.env)
 
-    def sync_parameters(self) -> None:
-        """Make every rank's whole model current before evaluating or saving (data parallel: it is)."""
+    def train_step(self, next_batch: Callable[[], torch.Tensor]) -> float:
+        """step.grad_accum micro-steps, each on this rank's rows of next_batch(), under the step's autocast.
 
-    def step_metrics(self) -> dict:
-        """Extra numbers of the last step for metrics.jsonl (none here)."""
-        return {}
+        Gradients are left synchronised in .grad (DDP's all-reduce on the last micro-step, FSDP's
+        reduce-scatter, `finish_gradients`). Returns the global batch's mean loss, the same on every rank."""
+        accum = self.step.grad_accum
+        loss_sum = 0.0
+        for micro in range(accum):
+            batch = self.local_rows(next_batch()).to(self.device)
+            with self.gradient_sync(micro == accum - 1):
+                with autocast(self.device, self.step.precision):
+                    loss = self.forward(batch, labels=batch).loss / accum
+                loss.backward()
+            loss_sum += float(loss.detach())
+        self.finish_gradients()
+        return all_reduce_mean(loss_sum)
 
     def gradient_sync(self, enabled: bool):
         """Context for one micro-step's backward: DDP skips its all-reduce unless `enabled` (the last
@@ -124,9 +110,14 @@ class ParallelModel:
                 p.grad.mul_(coef)
         return total
 
+    def inference_context(self):
+        """FSDP's sub-layer weights gather in bf16 under bf16 training: autocast lets them meet the fp32
+        stream outside the training step."""
+        return autocast(self.device, self.step.precision) if self.mode == "fsdp" else nullcontext()
 
-def wrap_model(model: AttnResLM, cfg: TrainConfig, mode: str, env: DistributedEnv | None) -> ParallelModel:
-    """Prepare `model` (already on env.device, weights final) for `mode` from resolve_parallel.
+
+def wrap_data_parallel(model: AttnResLM, mode: str, env: DistributedEnv | None, step: StepSettings) -> DataParallel:
+    """Prepare `model` (already on its device, weights final) for mode "none", "ddp" or "fsdp".
 
     ddp: DistributedDataParallel (parameters replicated, gradients all-reduced).
     fsdp: FSDP2 `fully_shard` on each sub-layer (its pre-norm with its attention or MLP: the model
@@ -135,35 +126,31 @@ def wrap_model(model: AttnResLM, cfg: TrainConfig, mode: str, env: DistributedEn
     head (one parameter, one shard), the final norm and the small routing parameters. Under bf16
     the sub-layer units gather and compute in bf16 and reduce gradients in fp32; the root keeps fp32
     so the residual stream and block sums accumulate in fp32, as single-process autocast does.
-    Activation checkpointing is the model's own (per sub-layer, `train.activation_checkpointing`).
-    pipeline: stages over the ranks (`attnres.distributed.pipeline_train.PipelineParallel`).
+    Activation checkpointing is the model's own (per sub-layer).
     """
+    device = env.device if env is not None else next(model.parameters()).device
     if mode == "none":
-        return ParallelModel(model, model)
-    if mode == "pipeline":
-        from attnres.distributed.pipeline_train import wrap_pipeline
-
-        return wrap_pipeline(model, cfg)
+        return DataParallel(model, "none", device, env=env, step=step)
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         device_ids = [env.device.index] if env.device.type == "cuda" else None
-        return ParallelModel(model, DistributedDataParallel(model, device_ids=device_ids), "ddp")
+        return DataParallel(model, "ddp", device, DistributedDataParallel(model, device_ids=device_ids), env, step)
     if mode != "fsdp":
-        raise ValueError(f"unknown parallel mode {mode!r}; expected 'none', 'ddp' or 'fsdp'")
+        raise ValueError(f"unknown data-parallel mode {mode!r}; expected 'none', 'ddp' or 'fsdp'")
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh(env.device.type, (env.world_size,))
     # cast_forward_inputs=False: the pre-norm sees the fp32 stream, as under single-process autocast.
     low = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32, cast_forward_inputs=False)
-    sublayer_policy = low if cfg.precision == "bf16" else MixedPrecisionPolicy()
+    sublayer_policy = low if step.precision == "bf16" else MixedPrecisionPolicy()
     for layer in model.layers:
         fully_shard([layer.input_layernorm, layer.self_attn], mesh=mesh, mp_policy=sublayer_policy)
         fully_shard([layer.post_attention_layernorm, layer.mlp], mesh=mesh, mp_policy=sublayer_policy)
     replicated = [p for p in model.parameters() if p.dim() == 0]  # fully_shard refuses scalars
     fully_shard(model, mesh=mesh, ignored_params=set(replicated) or None)
-    return ParallelModel(model, model, "fsdp", replicated)
+    return DataParallel(model, "fsdp", device, None, env, step, replicated)
 
 
 def _is_dtensor(tensor: torch.Tensor) -> bool:

@@ -17,10 +17,11 @@ the first stage on a rank, first_sent = 0.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
+from attnres.common.checks import check_bool, check_choice, check_int, is_int
 from attnres.model.config import ModelConfig
-from attnres.residual import build_residual
+from attnres.residual import VARIANTS, source_policy
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")
 SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b")
@@ -31,43 +32,61 @@ class PipelineConfigError(ValueError):
 
 
 @dataclass(frozen=True, kw_only=True)
-class PipelineConfig:
-    """How to cut the model into stages and run them.
+class PipelineSettings:
+    """How to cut the model into stages and run them (also the `train.pipeline` section of a run).
 
     schedule: one of `SCHEDULES`. stages_per_rank (V): 1 for "gpipe" and "1f1b"; any V >= 1 for
-    "interleaved1f1b" (rank r runs stages r, r + P, ...). num_microbatches, microbatch_size and
-    seq_len fix the tensor shapes that travel (a step's batch is num_microbatches * microbatch_size
-    rows of seq_len tokens). layers_per_stage: decoder layers per stage in order, or None for an
-    even split. Stage boundaries must fall on block boundaries unless allow_partial_blocks (then the
-    current block's partial sum travels too). cache: send each source to a rank only once per
-    micro-batch (METHOD §5 cross-stage caching).
+    "interleaved1f1b" (rank r runs stages r, r + P, ...). num_microbatches: micro-batches per step.
+    layers_per_stage: decoder layers per stage in order, or None for an even split. Stage
+    boundaries must fall on block boundaries unless allow_partial_blocks (then the current block's
+    partial sum travels too). cache: send each source to a rank only once per micro-batch
+    (METHOD §5 cross-stage caching). Errors name fields as `<class name>.<field>`.
     """
 
     schedule: str = "1f1b"
     stages_per_rank: int = 1
-    num_microbatches: int
-    microbatch_size: int
-    seq_len: int
+    num_microbatches: int = 4
+    cache: bool = True
     layers_per_stage: tuple[int, ...] | None = None
     allow_partial_blocks: bool = False
-    cache: bool = True
 
     def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise PipelineConfigError(f"PipelineConfig.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
-        for name in ("stages_per_rank", "num_microbatches", "microbatch_size", "seq_len"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PipelineConfigError(f"PipelineConfig.{name} must be a positive integer, got {value!r}")
+        owner = type(self).__name__
+        check_choice(self.schedule, f"{owner}.schedule", SCHEDULES, error=PipelineConfigError)
+        for name in self._positive_fields():
+            check_int(getattr(self, name), f"{owner}.{name}", error=PipelineConfigError)
         if self.schedule in SINGLE_STAGE_SCHEDULES and self.stages_per_rank != 1:
             raise PipelineConfigError(
-                f"PipelineConfig.stages_per_rank must be 1 for schedule={self.schedule!r} (one stage per rank); "
+                f"{owner}.stages_per_rank must be 1 for schedule={self.schedule!r} (one stage per rank); "
                 f"use schedule='interleaved1f1b' for {self.stages_per_rank} virtual stages per rank")
         if self.layers_per_stage is not None:
-            object.__setattr__(self, "layers_per_stage", tuple(self.layers_per_stage))
+            if not isinstance(self.layers_per_stage, (list, tuple)):
+                raise PipelineConfigError(f"{owner}.layers_per_stage must be a list of layer counts (one per "
+                                          f"stage) or null, got {self.layers_per_stage!r}")
+            object.__setattr__(self, "layers_per_stage", tuple(self.layers_per_stage))  # YAML gives a list
         for name in ("allow_partial_blocks", "cache"):
-            if not isinstance(getattr(self, name), bool):
-                raise PipelineConfigError(f"PipelineConfig.{name} must be True or False, got {getattr(self, name)!r}")
+            check_bool(getattr(self, name), f"{owner}.{name}", error=PipelineConfigError)
+
+    @staticmethod
+    def _positive_fields() -> tuple[str, ...]:
+        return ("stages_per_rank", "num_microbatches")
+
+    def with_shapes(self, microbatch_size: int, seq_len: int) -> "PipelineConfig":
+        """These settings with micro-batches of (microbatch_size, seq_len) tokens: what build_pipeline takes."""
+        return PipelineConfig(**asdict(self), microbatch_size=microbatch_size, seq_len=seq_len)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineConfig(PipelineSettings):
+    """`PipelineSettings` plus the shapes that travel: a step's batch is num_microbatches x
+    microbatch_size rows of seq_len tokens."""
+
+    microbatch_size: int
+    seq_len: int
+
+    @staticmethod
+    def _positive_fields() -> tuple[str, ...]:
+        return ("stages_per_rank", "num_microbatches", "microbatch_size", "seq_len")
 
 
 @dataclass(frozen=True)
@@ -127,8 +146,8 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
                                   f"{model.max_seq_len}")
     sizes = _layers_per_stage(model.num_layers, num_stages, config.layers_per_stage)
     bounds = tuple(sum(sizes[:j]) for j in range(num_stages + 1))
-    scheme = build_residual(model)
-    policy = scheme.policy
+    policy = source_policy(model.residual, model.num_layers, model.num_blocks, model.exact_conversion)
+    mode = VARIANTS[model.residual].mode
     size = 1 if policy is None else policy.block_size
     if not config.allow_partial_blocks and size > 1:
         allowed = [layer for layer in range(1, model.num_layers) if (2 * layer) % size == 0]
@@ -148,7 +167,7 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
         b = 2 * bounds[k + 1]
         previous = k + 1 - num_ranks  # the receiving rank's earlier stage, if any
         first_sent = completed(2 * bounds[previous + 1]) if config.cache and previous >= 0 else 0
-        edges.append(Edge(boundary=b, has_stream=scheme.mode != "replace",
+        edges.append(Edge(boundary=b, has_stream=mode != "replace",
                           has_partial=policy is not None and b % size != 0,
                           num_sources=completed(b), first_sent=first_sent))
     return StageLayout(num_ranks=num_ranks, layer_bounds=bounds, edges=tuple(edges))
@@ -165,7 +184,7 @@ def _layers_per_stage(num_layers: int, num_stages: int, given: tuple[int, ...] |
                 f"ModelConfig.num_layers={num_layers} does not split evenly into {num_stages} stages; give "
                 f"PipelineConfig.layers_per_stage: {num_stages} positive integers summing to {num_layers}")
         return (num_layers // num_stages,) * num_stages
-    if len(given) != num_stages or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in given) \
+    if len(given) != num_stages or any(not is_int(n) or n < 1 for n in given) \
             or sum(given) != num_layers:
         raise PipelineConfigError(
             f"PipelineConfig.layers_per_stage must be {num_stages} positive integers (one per stage) summing to "

@@ -1,8 +1,8 @@
-"""Pipeline parallelism inside `attnres train` (`train.parallel: pipeline`; see docs/pipeline.md).
+"""Pipeline parallelism as a `ParallelModel` (`train.parallel: pipeline`; see docs/pipeline.md).
 
 Every rank builds the whole model from the same seed or checkpoint; `build_pipeline` gives each
-rank its stages. The training loop drives `PipelineParallel` through the interface it uses for
-DDP and FSDP (`ParallelModel`), with the pipeline's answers:
+rank its stages. A training loop drives `PipelineParallel` through the interface it uses for DDP
+and FSDP (`ParallelModel`), with the pipeline's answers:
 
     train_step(next_batch)     one global batch through the schedule (forward and backward); the
                                mean micro-batch loss, broadcast from the last stage's rank
@@ -25,13 +25,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from attnres.distributed.data_parallel import ParallelModel
 from attnres.distributed.env import all_gather_objects, all_reduce_sum, broadcast_value
 from attnres.distributed.pipeline import Pipeline, build_pipeline
-from attnres.distributed.pipeline_layout import PipelineConfigError
+from attnres.distributed.pipeline_layout import PipelineConfig
 from attnres.distributed.stage_cache import PipelineBytes
+from attnres.distributed.wrapper import ParallelModel
 from attnres.model import AttnResLM
-from attnres.train.config import TrainConfig, pipeline_setting_error
 
 
 @dataclass
@@ -55,7 +54,7 @@ class PipelineParallel(ParallelModel):
         Returns the mean loss over micro-batches (= the batch's mean loss: every row has T - 1
         targets), taken from the last stage's rank so every rank sees the same value and stops on
         the same non-finite step."""
-        batch = next_batch()
+        batch = next_batch().to(self.device)
         self.model.zero_grad(set_to_none=True)  # also gradients left on parameters other ranks train
         loss = self.pipe.step(batch, batch)
         self.current = False
@@ -100,20 +99,17 @@ class PipelineParallel(ParallelModel):
         return {"pipe/fwd_bytes": b.forward_sent, "pipe/bwd_bytes": b.backward_sent, "pipe/saved_bytes": saved}
 
 
-def wrap_pipeline(model: AttnResLM, cfg: TrainConfig) -> PipelineParallel:
-    """Cut `model` (whole and identical on every rank, weights final) into the stages of
-    `cfg.pipeline` over all ranks: micro-batches of batch_size / num_microbatches rows of seq_len.
-    A collective (every rank calls it)."""
-    config = cfg.pipeline.to_pipeline_config(cfg.batch_size // cfg.pipeline.num_microbatches, cfg.seq_len)
-    try:  # the split checked against the model and the world size
-        pipe = build_pipeline(model, config)
-    except PipelineConfigError as error:
-        raise pipeline_setting_error(error) from None
+def wrap_pipeline(model: AttnResLM, config: PipelineConfig) -> PipelineParallel:
+    """Cut `model` (whole and identical on every rank, weights final) into the stages of `config` over
+    all ranks. A collective (every rank calls it); raises PipelineConfigError for a split that does
+    not fit the model or the world."""
+    pipe = build_pipeline(model, config)
     owners = owner_ranks(pipe.owned_parameter_names())
     missing = [name for name, _ in model.named_parameters() if name not in owners]
     if missing:  # a parameter no stage trains would silently stay at its initial value
         raise RuntimeError(f"pipeline stages leave parameters without an owner: {missing}")
-    return PipelineParallel(model, model, "pipeline", pipe=pipe, owners=owners)
+    device = next(model.parameters()).device
+    return PipelineParallel(model, "pipeline", device, pipe=pipe, owners=owners)
 
 
 def owner_ranks(owned: list[str]) -> dict[str, int]:

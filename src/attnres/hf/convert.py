@@ -22,6 +22,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from attnres.hf.errors import ConversionError
+from attnres.hf.gguf import read_gguf_config, read_gguf_weights
 from attnres.model import AttnResLM, ConfigError, ModelConfig
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
@@ -58,10 +60,6 @@ _SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_lay
 # Tensors older checkpoints saved that are not parameters (the RoPE table is recomputed).
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 _LIST_LIMIT = 12
-
-
-class ConversionError(ValueError):
-    """A checkpoint that cannot be converted; the message names what is unsupported or wrong."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -405,8 +403,6 @@ def convert_checkpoint(path, residual: str = "standard", num_blocks: int | None 
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ConversionError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     if str(path).endswith(".gguf"):  # transformers reads and dequantises it (needs gguf, accelerate)
-        from attnres.hf.gguf import read_gguf_config, read_gguf_weights
-
         hf_config, read_weights = read_gguf_config(path), lambda: read_gguf_weights(path)
     else:
         directory = _checkpoint_directory(path)
@@ -422,7 +418,8 @@ def convert_checkpoint(path, residual: str = "standard", num_blocks: int | None 
     finally:
         torch.set_default_dtype(previous)
     result = model.load_state_dict(state, strict=False)
-    unexplained = [k for k in result.missing_keys if not k.startswith("residual.routers.")]
+    routing = {name for name, _ in model.routing_parameters()}
+    unexplained = [k for k in result.missing_keys if k not in routing]
     if unexplained or result.unexpected_keys:
         raise ConversionError(f"internal mapping error: missing {unexplained}, unexpected {result.unexpected_keys}")
     return model.eval()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from attnres.hf.convert import ConversionError
+from attnres.hf.errors import ConversionError
 
 
 def _split(path: str | Path) -> tuple[str, str]:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
 from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from attnres.hf.configuration import AttnResConfig
 from attnres.model import AttnResLM
-from attnres.norm import RMSNorm
-from attnres.routing import Router
+from attnres.model.init import init_module
 
 
 class AttnResPreTrainedModel(PreTrainedModel):
@@ -24,14 +22,9 @@ class AttnResPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["DecoderLayer"]
 
     def _init_weights(self, module):
-        # Called by transformers for modules it materialises without checkpoint values: the same
-        # initialisation AttnResLM uses (zero queries and gates, unit gains).
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
-        elif isinstance(module, (RMSNorm, Router)):
-            module.reset_parameters()
+        # Called by transformers for modules it materialises without checkpoint values (routers
+        # missing from a standard checkpoint, new embeddings): AttnResLM's own initialisation.
+        init_module(module, self.config.initializer_range)
 
 
 class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
@@ -40,6 +33,13 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
     def __init__(self, config: AttnResConfig) -> None:
         super().__init__(config)
         self.model = AttnResLM(config.to_model_config())
+        if not any(p.is_meta for p in self.model.parameters()):
+            # Built for real, AttnResLM initialised itself (init_module); marked so post_init does not
+            # draw every weight a second time, and the same seed gives the same weights either way.
+            # (from_pretrained builds on the meta device: there transformers initialises what the
+            # checkpoint lacks through _init_weights.)
+            for param in self.model.parameters():
+                param._is_hf_initialized = True
         if config.tie_word_embeddings:
             self._tied_weights_keys = {"model.lm_head.weight": "model.embed_tokens.weight"}
         self.post_init()

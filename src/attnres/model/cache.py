@@ -3,30 +3,64 @@
 Routing needs no cache of its own: it mixes depth sources per token, so only attention looks
 across positions. The interface (`update(k, v, layer_idx)`, `get_seq_length()`) is the one Hugging
 Face's Cache classes have, so either can be passed to AttnResLM.
+
+Storage is preallocated: each layer holds (B, H_kv, capacity, hd) buffers that new positions are
+copied into in place, and attention reads a view of the filled part. Nothing is concatenated per
+step and no length is read back from a device. Without `max_len` the capacity starts at the first
+call's length rounded up to a power of two (at least 64) and doubles when full, so a long
+generation reallocates O(log T) times; with `max_len` (e.g. prompt + new tokens, as gpt-fast sizes
+its cache) it is allocated once.
 """
 
 from __future__ import annotations
 
 import torch
 
+from attnres.common.checks import check_int
+
+MIN_CAPACITY = 64
+
 
 class KVCache:
-    """Growing per-layer key/value tensors of shape (B, H_kv, T_cached, hd)."""
+    """Per-layer key/value buffers (B, H_kv, capacity, hd); `lengths[i]` positions of layer i are filled."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_len: int | None = None) -> None:
+        check_int(max_len, "KVCache max_len", allow_none=True)
+        self.max_len = max_len
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
+        self.lengths: list[int] = []
 
     def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int, *unused) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append the new positions' k, v (B, H_kv, T_new, hd); return all positions' k, v."""
-        if layer_idx == len(self.keys):
-            self.keys.append(k)
-            self.values.append(v)
-        else:
-            self.keys[layer_idx] = torch.cat([self.keys[layer_idx], k], dim=2)
-            self.values[layer_idx] = torch.cat([self.values[layer_idx], v], dim=2)
-        return self.keys[layer_idx], self.values[layer_idx]
+        """Write the new positions' k, v (B, H_kv, T_new, hd) after the cached ones; return views of all
+        positions' k, v (B, H_kv, T_cached + T_new, hd)."""
+        if layer_idx == len(self.keys):  # the layer's first call: nothing held yet
+            self.keys.append(k.new_empty(k.shape[0], k.shape[1], 0, k.shape[3]))
+            self.values.append(v.new_empty(v.shape[0], v.shape[1], 0, v.shape[3]))
+            self.lengths.append(0)
+        start, stop = self.lengths[layer_idx], self.lengths[layer_idx] + k.shape[2]
+        if stop > self.keys[layer_idx].shape[2]:
+            self._grow(layer_idx, k, v, stop)
+        self.keys[layer_idx][:, :, start:stop].copy_(k)
+        self.values[layer_idx][:, :, start:stop].copy_(v)
+        self.lengths[layer_idx] = stop
+        return self.keys[layer_idx][:, :, :stop], self.values[layer_idx][:, :, :stop]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         """Number of cached positions."""
-        return self.keys[layer_idx].shape[2] if len(self.keys) > layer_idx else 0
+        return self.lengths[layer_idx] if len(self.lengths) > layer_idx else 0
+
+    def _grow(self, layer_idx: int, k: torch.Tensor, v: torch.Tensor, needed: int) -> None:
+        """Reallocate layer `layer_idx`'s buffers to hold at least `needed` positions, keeping the filled part."""
+        if self.max_len is not None:
+            if needed > self.max_len:
+                raise ValueError(f"KVCache holds at most max_len={self.max_len} positions, {needed} were asked for")
+            capacity = self.max_len
+        else:
+            capacity = max(MIN_CAPACITY, 1 << (needed - 1).bit_length())
+        filled = self.lengths[layer_idx]
+        for store, new in ((self.keys, k), (self.values, v)):
+            buffer = new.new_empty(new.shape[0], new.shape[1], capacity, new.shape[3])
+            if filled:
+                buffer[:, :, :filled].copy_(store[layer_idx][:, :, :filled])
+            store[layer_idx] = buffer

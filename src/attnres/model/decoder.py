@@ -10,10 +10,10 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from attnres.model.config import ModelConfig
+from attnres.model.init import init_module
 from attnres.model.layers import DecoderLayer, RotaryEmbedding
 from attnres.norm import RMSNorm
 from attnres.residual import ResidualScheme, StreamState, build_residual
-from attnres.routing import Router
 
 
 @dataclass
@@ -48,23 +48,31 @@ class AttnResLM(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
-        self.residual: ResidualScheme = build_residual(config)
+        self.residual: ResidualScheme = build_residual(
+            config.residual, num_layers=config.num_layers, hidden_size=config.hidden_size,
+            num_blocks=config.num_blocks, exact_conversion=config.exact_conversion, eps=config.norm_eps,
+            routing_impl=config.routing_impl)
         self.reset_parameters()
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 
     @property
     def routers(self) -> nn.ModuleList:
-        """Router modules in sub-layer order, the final router last where the variant has one."""
+        """The depth mixers (routers) in sub-layer order, the final one last where the variant has one."""
         return self.residual.routers
 
+    def routing_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        """(name, parameter) of every routing parameter (the depth mixers'), named as in named_parameters().
+
+        The one place that says which parameters are routing parameters: the optimizer's routing
+        group, conversion and `init_from` (which may leave exactly these missing) use it."""
+        return list(self.residual.named_parameters(prefix="residual"))
+
     def reset_parameters(self) -> None:
-        """Linear and embedding weights N(0, init_std); norm gains one; queries and gates zero."""
+        """Every module by `init_module`: linear and embedding weights N(0, init_std), biases and
+        queries and gates zero, norm gains one."""
         for module in self.modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
-                nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
-            elif isinstance(module, (RMSNorm, Router)):
-                module.reset_parameters()
+            init_module(module, self.config.init_std)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
                 return_routing: bool = False, cache=None) -> CausalLMOutput:
@@ -123,7 +131,9 @@ class AttnResLM(nn.Module):
             raise ValueError(f"input_ids has seq_len {input_ids.shape[1]} after {past} cached positions, longer "
                              f"than the configured maximum ModelConfig.max_seq_len={self.config.max_seq_len}")
         if torch.compiler.is_compiling() or input_ids.numel() == 0:
-            return  # the range check needs a device sync; compiled graphs skip it
+            return  # the range check reads values back; compiled graphs skip it
+        if past and input_ids.device.type != "cpu":
+            return  # reading ids back from an accelerator stalls it: checked on the first call only
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= self.config.vocab_size:
             raise ValueError(f"input_ids must be token ids in [0, vocab_size={self.config.vocab_size}), "

@@ -78,6 +78,8 @@ class Attention(nn.Module):
         past = k.shape[2] - t
         if past == 0:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        elif t == 1:  # one new token (decoding) sees every key: no mask to build
+            out = F.scaled_dot_product_attention(q, k, v)
         else:  # new query i sees every cached key and new keys up to itself
             allowed = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(diagonal=past)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)

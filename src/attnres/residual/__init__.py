@@ -1,7 +1,11 @@
-"""Residual schemes: source policies and routing modes over the one router."""
+"""Residual schemes: which sources each sub-layer input may mix (source policies), how (routing modes),
+and the variant table naming every `residual` value. The scheme is also the drop-in public API."""
 
-from attnres.residual.policy import SourcePolicy
-from attnres.residual.scheme import ResidualScheme, StreamState
-from attnres.residual.variants import build_residual
+from attnres.residual.policy import SourcePolicy, valid_num_blocks
+from attnres.residual.scheme import MODES, ResidualScheme, StreamState
+from attnres.residual.variants import (VARIANTS, Variant, block_variants, build_residual, check_residual,
+                                       register_variant, source_policy, unregister_variant)
 
-__all__ = ["ResidualScheme", "SourcePolicy", "StreamState", "build_residual"]
+__all__ = ["MODES", "VARIANTS", "ResidualScheme", "SourcePolicy", "StreamState", "Variant", "block_variants",
+           "build_residual", "check_residual", "register_variant", "source_policy", "unregister_variant",
+           "valid_num_blocks"]

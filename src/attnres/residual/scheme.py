@@ -1,18 +1,26 @@
-"""The residual scheme: owns the stream between sub-layers. A source policy plus a routing mode."""
+"""The residual scheme: owns the stream between sub-layers. A source policy plus a routing mode.
+
+It is also the drop-in API for a model loop of one's own (docs/drop-in.md):
+
+    state = scheme.start(embedding)                # (B, T, D)
+    for s, sublayer in enumerate(sublayers):        # 2L of them, attention and MLP alternating
+        h = scheme.sublayer_input(s, state)         # routing happens here
+        scheme.after(s, state, sublayer(norm_s(h))) # record the sub-layer's output delta_s
+    hidden = scheme.finish(state)                  # the final mixer, where the variant has one
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from attnres.common.checks import check_choice
 from attnres.residual.policy import SourcePolicy
-from attnres.routing import IMPLS, Router, inv_rms, resolve_impl, route_fast
-from attnres.routing.lean import autocast_off
+from attnres.routing import IMPLS, DepthMixer, GroupRouting, RoutedPrefix, Router, inv_rms, resolve_impl, route_group
 
-RoutingMode = Literal["none", "replace", "add"]
+MODES = ("none", "replace", "add")
 
 
 @dataclass
@@ -22,53 +30,53 @@ class StreamState:
     stream:  x_s, the running sum e + sum of outputs (modes "none" and "add"); None in "replace".
     sources: snapshots of completed sources, [e, block 1, block 2, ...], each (B, T, D).
     partial: sum of the current block's outputs so far; None at a block start.
-    routing: the weights of each router called so far, when recording.
+    routing: the weights of each mixer called so far, when recording.
     impl:    the routing implementation for this pass ("reference", "lean" or "triton").
     inv_rms: fast paths: inv_rms of sources[i] (B, T), each computed once when first needed.
-    phase1:  fast block paths: (first sub-layer, effective queries, mixed, lse, weights) of the
-             current block's routers over its completed sources, computed once at the block's first
-             sub-layer.
+    group:   two-phase paths: phase 1 of the current block's mixers over its completed sources,
+             computed once, at the block's first sub-layer.
     """
 
     stream: torch.Tensor | None
     sources: list[torch.Tensor]
     partial: torch.Tensor | None = None
-    routing: list[torch.Tensor] | None = None
+    routing: list[torch.Tensor | None] | None = None
     impl: str = "reference"
-    inv_rms: list[torch.Tensor] | None = None
-    phase1: tuple | None = None
+    inv_rms: list[torch.Tensor] = field(default_factory=list)
+    group: GroupRouting | None = None
 
 
 class ResidualScheme(nn.Module):
-    """Standard, replacement or additive routing over the sources a `SourcePolicy` names.
+    """Standard, replacement or additive mixing of the sources a `SourcePolicy` names.
 
     mode "none":    h_s = x_s;                       x_{s+1} = x_s + delta_s; hidden = x_{2L}
     mode "replace": h_s = R_s(sources_s);            no running stream;  hidden = R_final(all blocks)
     mode "add":     h_s = x_s + R_s(sources_s);      x_{s+1} = x_s + delta_s; hidden = x_{2L}
 
-    Every sub-layer of a routed scheme has a router, `routers[s]`, also where it sees a single
-    source (its weight is then exactly 1 and its query gets zero gradient): router index equals
-    sub-layer index. Mode "replace" appends the final router last.
+    R is a `DepthMixer` (by default the `Router` of METHOD §2), built as mixer(hidden_size, eps,
+    gated=gated). Every sub-layer of a routed scheme has one, `routers[s]`, also where it sees a
+    single source (a router's weight is then exactly 1 and its query gets zero gradient): mixer
+    index equals sub-layer index. Mode "replace" appends the final mixer last. All parameters of a
+    scheme are its mixers' (routing parameters).
     """
 
-    def __init__(self, num_sublayers: int, mode: RoutingMode, policy: SourcePolicy | None,
-                 hidden_size: int, eps: float, gated: bool = False, impl: str = "auto") -> None:
+    def __init__(self, num_sublayers: int, mode: str, policy: SourcePolicy | None, hidden_size: int, eps: float,
+                 mixer: type[DepthMixer] = Router, gated: bool = False, impl: str = "auto") -> None:
         super().__init__()
-        if mode not in ("none", "replace", "add"):
-            raise ValueError(f"mode must be one of ['none', 'replace', 'add'], got {mode!r}")
+        check_choice(mode, "mode", MODES)
         if (mode == "none") != (policy is None):
             raise ValueError("a source policy is required exactly when mode is not 'none'")
         if gated and mode != "add":
             raise ValueError("a gate only applies to additive routing (mode='add')")
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {list(IMPLS)}, got {impl!r}")
+        check_choice(impl, "impl", IMPLS)
         self.num_sublayers = num_sublayers
         self.eps = eps
         self.impl = impl
         self.mode = mode
         self.policy = policy
-        num_routers = 0 if mode == "none" else num_sublayers + (mode == "replace")
-        self.routers = nn.ModuleList(Router(hidden_size, eps, gated=gated) for _ in range(num_routers))
+        num_mixers = 0 if mode == "none" else num_sublayers + (mode == "replace")
+        options = {"gated": True} if gated else {}
+        self.routers = nn.ModuleList(mixer(hidden_size, eps, **options) for _ in range(num_mixers))
 
     def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
         """Initial state from the token embedding e (B, T, D)."""
@@ -82,19 +90,18 @@ class ResidualScheme(nn.Module):
         device = (stream if stream is not None else sources[0]).device
         return StreamState(stream=stream, sources=sources, partial=partial,
                            routing=[] if record_routing and self.mode != "none" else None,
-                           impl=resolve_impl(self.impl, device), inv_rms=[])
+                           impl=resolve_impl(self.impl, device))
 
     def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
         """h_s (B, T, D): what sub-layer s normalises and transforms."""
         if self.mode == "none":
             return state.stream
-        if state.impl != "reference" and self.policy.block_size > 1:
-            routed = self._route_two_phase(s, state)
-        else:
-            sources = state.sources
-            if state.partial is not None and self.policy.partial_source:
-                sources = sources + [state.partial]
-            routed = self._route(self.routers[s], sources, state)
+        sources = state.sources
+        if state.partial is not None and self.policy.partial_source:
+            sources = sources + [state.partial]
+        mixer = self.routers[s]
+        two_phase = mixer.static_query and state.impl != "reference" and self.policy.block_size > 1
+        routed = self._mix(mixer, sources, state, self._group_prefix(s, state) if two_phase else None)
         return routed if self.mode == "replace" else state.stream + routed
 
     def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
@@ -116,65 +123,46 @@ class ResidualScheme(nn.Module):
     def finish(self, state: StreamState) -> torch.Tensor:
         """The hidden state (B, T, D) fed to the final norm and the head."""
         if self.mode == "replace":
-            return self._route(self.routers[-1], state.sources, state)
+            return self._mix(self.routers[-1], state.sources, state)
         return state.stream
 
     def source_names(self) -> list[list[str]]:
-        """For each router in order, the names of the sources it sees (see `SourcePolicy`)."""
+        """For each mixer in order, the names of the sources it sees (see `SourcePolicy`)."""
         if self.policy is None:
             return []
         names = [self.policy.source_names(s) for s in range(self.num_sublayers)]
         return names + ([self.policy.final_source_names()] if self.mode == "replace" else [])
 
-    def _route(self, router: Router, sources: list[torch.Tensor], state: StreamState) -> torch.Tensor:
-        """One router over `sources` (B, T, D) each -> (B, T, D); fast paths reuse cached inv_rms."""
-        inv = None
-        if state.impl != "reference":
+    def _mix(self, mixer: DepthMixer, sources: list[torch.Tensor], state: StreamState,
+             prefix: RoutedPrefix | None = None) -> torch.Tensor:
+        """One mixer over `sources` (B, T, D) each -> (B, T, D), called as a module (hooks see every
+        call), with what it declares it can use: fast paths reuse the cached inv_rms, two-phase
+        paths hand it its group's phase-1 result."""
+        record = state.routing is not None
+        if not mixer.static_query:
+            mixed, weights = mixer(sources, need_weights=record)
+        elif prefix is not None:
+            mixed, weights = mixer(sources, need_weights=record, prefix=prefix)
+        elif state.impl == "reference":
+            mixed, weights = mixer(sources, need_weights=record, impl="reference")
+        else:
             inv = self._completed_inv_rms(state)
             inv = inv + [inv_rms(v, self.eps) for v in sources[len(inv):]]  # the partial, if any
-        mixed, weights = router(sources, impl=state.impl, inv=inv)
-        if state.routing is not None:
+            mixed, weights = mixer(sources, need_weights=record, impl=state.impl, inv=inv)
+        if record:
             state.routing.append(weights)
         return mixed
 
-    def _route_two_phase(self, s: int, state: StreamState) -> torch.Tensor:
-        """METHOD §5: phase 1 routes all of a block's routers over its completed sources in one call
-        at the block's first sub-layer; phase 2 merges each router's result with the current
-        partial sum by online softmax (Delta Block without a partial source needs phase 1 only)."""
+    def _group_prefix(self, s: int, state: StreamState) -> RoutedPrefix:
+        """Mixer s's phase-1 result (METHOD §5): at a block's first sub-layer, all of the block's
+        mixers are routed over its completed sources in one call; later sub-layers reuse it."""
         size = self.policy.block_size
         first = s - s % size
-        if state.phase1 is None or state.phase1[0] != first:
-            routers = self.routers[first:min(first + size, self.num_sublayers)]
-            queries = torch.stack([router.effective_query() for router in routers])
-            inv = self._completed_inv_rms(state)
-            state.phase1 = (first, queries, *route_fast(queries, state.sources, inv, state.impl))
-        _, queries, mixed_all, lse_all, weights_all = state.phase1
-        j = s - first
-        mixed, lse, weights = mixed_all[j], lse_all[j], weights_all[j]
-        if state.partial is not None and self.policy.partial_source:
-            mixed, weights = self._merge_partial(queries[j], mixed, lse, weights, state.partial,
-                                                 record=state.routing is not None)
-        if state.routing is not None:
-            state.routing.append(weights)
-        return self.routers[s].apply_gate(mixed)
-
-    def _merge_partial(self, query: torch.Tensor, mixed: torch.Tensor, lse: torch.Tensor, weights: torch.Tensor,
-                       partial: torch.Tensor, record: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Online-softmax merge of phase 1 (mixed (B, T, D), lse (B, T), weights (B, T, n)) with the
-        partial source (B, T, D) as one more key; query (D,) is the router's effective query.
-        Returns (mixed, weights (B, T, n + 1) or None)."""
-        width = partial.shape[-1]
-        with autocast_off(partial.device):  # fp32 logits, like the reference
-            query = query.to(lse.dtype)
-            logit = (partial.reshape(-1, width).to(lse.dtype) @ query).reshape(lse.shape)
-            logit = logit * inv_rms(partial, self.eps)
-            total = torch.logaddexp(lse, logit)
-            keep, take = torch.exp(lse - total), torch.exp(logit - total)
-            merged = keep.unsqueeze(-1) * mixed + take.unsqueeze(-1) * partial
-        merged = merged.to(torch.promote_types(mixed.dtype, partial.dtype))
-        if not record:
-            return merged, None
-        return merged, torch.cat([weights * keep.unsqueeze(-1), take.unsqueeze(-1)], dim=-1)
+        if state.group is None or state.group.first != first:
+            mixers = self.routers[first:min(first + size, self.num_sublayers)]
+            queries = torch.stack([mixer.effective_query() for mixer in mixers])
+            state.group = route_group(first, queries, state.sources, self._completed_inv_rms(state), state.impl)
+        return state.group.prefix(s - first)
 
     def _completed_inv_rms(self, state: StreamState) -> list[torch.Tensor]:
         """inv_rms of every completed source (B, T) each, computing only the new ones."""

@@ -1,40 +1,163 @@
-"""The five residual variants as (source policy, routing mode) pairs."""
+"""The variant table: every `residual` value as a source policy, a routing mode and a depth mixer.
+
+Adding a depth-mixing method means adding a row here (or calling `register_variant`) with its mixer
+class; configs, the model, training, comparison, analysis, benchmarks and the Hugging Face classes
+read this table. See docs/architecture.md for a worked example.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from dataclasses import dataclass
 
-from attnres.residual.policy import SourcePolicy
-from attnres.residual.scheme import ResidualScheme
+from attnres.common.checks import check_choice, is_int
+from attnres.residual.policy import SourcePolicy, valid_num_blocks
+from attnres.residual.scheme import MODES, ResidualScheme
+from attnres.routing import IMPLS, DepthMixer, Router
 
-if TYPE_CHECKING:  # the model imports this package, never the reverse
-    from attnres.model.config import ModelConfig
+SOURCE_KINDS = ("none", "sublayers", "blocks")
+# What each exact_conversion value (METHOD §4) changes: a zero-initialised gate on every mixer, or
+# the current block's partial sum as one more source (then the sources sum to x_s).
+EXACT_CONVERSIONS = ("gate", "partial")
 
 
-def build_residual(config: "ModelConfig") -> ResidualScheme:
-    """The ResidualScheme for `config.residual` (METHOD §3 and §4).
+@dataclass(frozen=True)
+class Variant:
+    """One residual variant.
+
+    name:     the `residual` value (ModelConfig.residual, YAML `model.residual`).
+    mode:     "none" (h_s = x_s), "replace" (h_s = R_s(...), a final mixer before the head) or
+              "add" (h_s = x_s + R_s(...)); see `ResidualScheme`.
+    sources:  "none", "sublayers" (the embedding and every sub-layer output) or "blocks" (the
+              embedding and each completed block's summary; needs num_blocks).
+    symbol:   how traces name completed sources: "d" (sub-layer output d{s}), "b" (block summary
+              b{n}) or "D" (block delta D{n}).
+    partial_source: the current block's partial sum is a source once non-empty.
+    mixer:    the DepthMixer class built for every routed input.
+    exact_conversions: the ModelConfig.exact_conversion values this variant accepts.
+    method:   where the variant is specified (a METHOD section or a paper).
+    """
+
+    name: str
+    mode: str
+    sources: str = "none"
+    symbol: str = "d"
+    partial_source: bool = False
+    mixer: type[DepthMixer] = Router
+    exact_conversions: tuple[str, ...] = ()
+    method: str = ""
+
+    def __post_init__(self) -> None:
+        check_choice(self.mode, "Variant.mode", MODES)
+        check_choice(self.sources, "Variant.sources", SOURCE_KINDS)
+        if (self.mode == "none") != (self.sources == "none"):
+            raise ValueError(f"Variant {self.name!r}: sources are needed exactly when mode is not 'none'")
+        for value in self.exact_conversions:
+            check_choice(value, f"Variant {self.name!r}: exact_conversions", EXACT_CONVERSIONS)
+
+    @property
+    def uses_blocks(self) -> bool:
+        """Whether the variant needs num_blocks."""
+        return self.sources == "blocks"
+
+
+VARIANTS: dict[str, Variant] = {}
+
+
+def register_variant(variant: Variant) -> Variant:
+    """Add `variant` to the table (a name already there is an error); returns it."""
+    if variant.name in VARIANTS:
+        raise ValueError(f"residual variant {variant.name!r} is already registered")
+    VARIANTS[variant.name] = variant
+    return variant
+
+
+def unregister_variant(name: str) -> None:
+    """Remove a variant added with `register_variant` (for tests and experiments)."""
+    VARIANTS.pop(name)
+
+
+for _variant in (
+    Variant("standard", "none", method="METHOD §1"),
+    Variant("full_attnres", "replace", "sublayers", "d", method="METHOD §3.1"),
+    Variant("block_attnres", "replace", "blocks", "b", partial_source=True, method="METHOD §3.2"),
+    Variant("delta_attnres", "add", "sublayers", "d", method="METHOD §3.3"),
+    Variant("delta_block", "add", "blocks", "D", exact_conversions=EXACT_CONVERSIONS, method="METHOD §3.4"),
+):
+    register_variant(_variant)
+
+
+def block_variants() -> list[str]:
+    """Names of the variants that take num_blocks."""
+    return [name for name, variant in VARIANTS.items() if variant.uses_blocks]
+
+
+def check_residual(residual: str, num_layers: int, num_blocks: int | None = None,
+                   exact_conversion: str | None = None, *, prefix: str = "",
+                   error: type[Exception] = ValueError) -> None:
+    """Raise `error` naming the field (`prefix` + name) and the allowed values unless `residual`,
+    `num_blocks` and `exact_conversion` describe a valid variant of a num_layers-layer model."""
+    check_choice(residual, f"{prefix}residual", VARIANTS, error=error)
+    variant = VARIANTS[residual]
+    num_sublayers = 2 * num_layers
+    valid = valid_num_blocks(num_sublayers)
+    if variant.uses_blocks:
+        if num_blocks is None:
+            raise error(f"{prefix}num_blocks is required for residual={residual!r}; allowed values "
+                        f"for num_layers={num_layers}: {valid}")
+        if not is_int(num_blocks) or not 1 <= num_blocks <= num_sublayers:
+            raise error(f"{prefix}num_blocks must be an integer from 1 to 2 * num_layers = {num_sublayers} "
+                        f"(blocks count sub-layers); allowed values: {valid}, got {num_blocks!r}")
+        if num_blocks not in valid:
+            size = math.ceil(num_sublayers / num_blocks)
+            raise error(f"{prefix}num_blocks={num_blocks} gives blocks of {size} sub-layers and only "
+                        f"{math.ceil(num_sublayers / size)} blocks for {num_sublayers} sub-layers; allowed values: {valid}")
+    elif num_blocks is not None:
+        raise error(f"{prefix}num_blocks applies only to residual in {block_variants()}; leave it None for "
+                    f"residual={residual!r} (got {num_blocks!r})")
+    if exact_conversion is not None:
+        if not variant.exact_conversions:
+            accepting = [name for name, v in VARIANTS.items() if v.exact_conversions]
+            which = f"residual={accepting[0]!r}" if len(accepting) == 1 else f"residual in {accepting}"
+            raise error(f"{prefix}exact_conversion applies only to {which}; leave it None for "
+                        f"residual={residual!r} (got {exact_conversion!r})")
+        check_choice(exact_conversion, f"{prefix}exact_conversion", variant.exact_conversions, allow_none=True,
+                     error=error)
+
+
+def source_policy(residual: str, num_layers: int, num_blocks: int | None = None,
+                  exact_conversion: str | None = None) -> SourcePolicy | None:
+    """The SourcePolicy of a (valid) variant, None for one without sources."""
+    variant = VARIANTS[residual]
+    num_sublayers = 2 * num_layers
+    if variant.sources == "none":
+        return None
+    partial = variant.partial_source or exact_conversion == "partial"
+    if variant.sources == "sublayers":
+        return SourcePolicy(num_sublayers, 1, partial_source=partial, symbol=variant.symbol)
+    return SourcePolicy.blocks(num_sublayers, num_blocks, partial_source=partial, symbol=variant.symbol)
+
+
+def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: int, num_blocks: int | None = None,
+                   exact_conversion: str | None = None, eps: float = 1e-6,
+                   routing_impl: str = "auto") -> ResidualScheme:
+    """The ResidualScheme of a variant for a model of `num_layers` layers (2 * num_layers sub-layers,
+    attention and MLP alternating) of width `hidden_size` (METHOD §3 and §4).
 
     standard       no sources, the stream is x_{s+1} = x_s + delta_s
     full_attnres   every sub-layer output,          replace, final router
     block_attnres  block summaries + partial,       replace, final router
     delta_attnres  every sub-layer output,          add
     delta_block    completed block deltas,          add  (+ partial source or gate for exact conversion)
+
+    eps: the RMSNorm epsilon of the routers' keys. routing_impl: one of `attnres.routing.IMPLS`.
+    Raises ValueError naming the argument for an invalid combination. The scheme is the drop-in API
+    for a model loop of one's own (docs/drop-in.md).
     """
-    n = config.num_sublayers
-    gated = False
-    if config.residual == "standard":
-        mode, policy = "none", None
-    elif config.residual == "full_attnres":
-        mode, policy = "replace", SourcePolicy(n, 1, partial_source=False, symbol="d")
-    elif config.residual == "block_attnres":
-        mode, policy = "replace", SourcePolicy.blocks(n, config.num_blocks, partial_source=True, symbol="b")
-    elif config.residual == "delta_attnres":
-        mode, policy = "add", SourcePolicy(n, 1, partial_source=False, symbol="d")
-    elif config.residual == "delta_block":
-        partial = config.exact_conversion == "partial"
-        gated = config.exact_conversion == "gate"
-        mode, policy = "add", SourcePolicy.blocks(n, config.num_blocks, partial_source=partial, symbol="D")
-    else:  # ModelConfig validates residual; this guards a new name added there but not here.
-        raise ValueError(f"no residual scheme for residual={config.residual!r}")
-    return ResidualScheme(n, mode, policy, config.hidden_size, config.norm_eps, gated=gated,
-                          impl=config.routing_impl)
+    check_residual(residual, num_layers, num_blocks, exact_conversion)
+    check_choice(routing_impl, "routing_impl", IMPLS)
+    variant = VARIANTS[residual]
+    return ResidualScheme(2 * num_layers, variant.mode,
+                          source_policy(residual, num_layers, num_blocks, exact_conversion),
+                          hidden_size, eps, mixer=variant.mixer, gated=exact_conversion == "gate",
+                          impl=routing_impl)

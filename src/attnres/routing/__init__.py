@@ -1,8 +1,12 @@
-"""Depth routing: the router module and the route() implementations. Knows nothing of models."""
+"""Depth routing: the mixer protocol, the Router, and every routing computation (reference, memory-lean
+ops, two-phase group routing, the Triton kernel). Knows nothing of models."""
 
 from attnres.routing.lean import inv_rms, route_sources
+from attnres.routing.mixer import DepthMixer
 from attnres.routing.reference import route_reference
 from attnres.routing.route import IMPLS, resolve_impl, route_fast
 from attnres.routing.router import Router
+from attnres.routing.two_phase import GroupRouting, RoutedPrefix, merge_source, route_group
 
-__all__ = ["IMPLS", "Router", "inv_rms", "resolve_impl", "route_fast", "route_reference", "route_sources"]
+__all__ = ["IMPLS", "DepthMixer", "GroupRouting", "RoutedPrefix", "Router", "inv_rms", "merge_source",
+           "resolve_impl", "route_fast", "route_group", "route_reference", "route_sources"]

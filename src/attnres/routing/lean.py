@@ -19,10 +19,10 @@ gradcheck); autocast is off inside.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch import Tensor
+
+from attnres.common.precision import autocast_off
 
 
 def compute_dtype(sources: list[Tensor]) -> tuple[torch.dtype, torch.dtype]:
@@ -31,13 +31,6 @@ def compute_dtype(sources: list[Tensor]) -> tuple[torch.dtype, torch.dtype]:
     for v in sources[1:]:
         out = torch.promote_types(out, v.dtype)
     return out, torch.promote_types(out, torch.float32)
-
-
-def autocast_off(device: torch.device):
-    """Autocast disabled inside (entering the context costs ~10 us, so only when it is on)."""
-    if torch.is_autocast_enabled(device.type):
-        return torch.autocast(device.type, enabled=False)
-    return contextlib.nullcontext()
 
 
 # ---------------------------------------------------------------- inverse RMS of one source

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import torch
 
 from attnres.norm import rms_norm
+from attnres.routing.lean import compute_dtype
 
 
 def route_reference(query: torch.Tensor, key_gain: torch.Tensor, sources: Sequence[torch.Tensor],
@@ -20,10 +21,7 @@ def route_reference(query: torch.Tensor, key_gain: torch.Tensor, sources: Sequen
     """
     if len(sources) == 0:
         raise ValueError("route_reference needs at least one source, got none")
-    out_dtype = sources[0].dtype
-    for v in sources[1:]:
-        out_dtype = torch.promote_types(out_dtype, v.dtype)
-    compute = torch.promote_types(out_dtype, torch.float32)
+    out_dtype, compute = compute_dtype(list(sources))
     w = query.to(compute)
     # Elementwise product and sum rather than a matmul, so bf16 autocast cannot lower the logits.
     logits = torch.stack([(rms_norm(v.to(compute), key_gain.to(compute), eps) * w).sum(-1) for v in sources],

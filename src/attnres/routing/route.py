@@ -1,4 +1,7 @@
-"""Choosing a routing implementation: the reference, the memory-lean op, or the Triton kernel."""
+"""Choosing a routing implementation: the reference, the memory-lean op, or the Triton kernel.
+
+`IMPLS` is the one list of implementation names; configs and options validate against it.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,10 @@ import torch
 from torch import Tensor
 
 from attnres.routing.lean import route_sources
+from attnres.routing.triton_route import route_sources_triton, triton_available
 
+# How routers compute (the same function at different speeds): "auto" = Triton on CUDA when available,
+# else the memory-lean custom op; "reference" = the plain METHOD §2 code every path is tested against.
 IMPLS = ("auto", "reference", "lean", "triton")
 
 
@@ -16,9 +22,9 @@ def resolve_impl(impl: str, device: torch.device) -> str:
     if impl not in IMPLS:
         raise ValueError(f"routing_impl must be one of {list(IMPLS)}, got {impl!r}")
     if impl == "auto":  # the Triton op is opaque to torch.compile; the lean custom op traces cleanly
-        use_triton = device.type == "cuda" and not torch.compiler.is_compiling() and _triton_ready()
+        use_triton = device.type == "cuda" and not torch.compiler.is_compiling() and triton_available()
         return "triton" if use_triton else "lean"
-    if impl == "triton" and not _triton_ready():
+    if impl == "triton" and not triton_available():
         raise ValueError("routing_impl='triton' needs the triton package and a CUDA device "
                          "(or TRITON_INTERPRET=1 for CPU tensors); use 'auto' or 'lean'")
     return impl
@@ -31,18 +37,8 @@ def route_fast(queries: Tensor, sources: list[Tensor], inv: list[Tensor], impl: 
     Returns mixed (S, B, T, D), lse (S, B, T), weights (S, B, T, n).
     """
     if impl == "triton":
-        from attnres.routing.triton_route import route_sources_triton
-
         return route_sources_triton(queries, list(sources), list(inv))
     return route_sources(queries, list(sources), list(inv))
-
-
-def _triton_ready() -> bool:
-    try:
-        from attnres.routing.triton_route import triton_available
-    except ImportError:
-        return False
-    return triton_available()
 
 
 __all__ = ["IMPLS", "resolve_impl", "route_fast"]

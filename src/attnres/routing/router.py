@@ -1,4 +1,4 @@
-"""The Router module: one static pseudo-query and one key norm per routed input."""
+"""The Router: one static pseudo-query and one key norm per routed input (METHOD §2)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,21 @@ from torch import nn
 
 from attnres.norm import RMSNorm
 from attnres.routing.lean import inv_rms
+from attnres.routing.mixer import DepthMixer
 from attnres.routing.reference import route_reference
 from attnres.routing.route import resolve_impl, route_fast
+from attnres.routing.two_phase import RoutedPrefix, merge_source
 
 
-class Router(nn.Module):
+class Router(DepthMixer):
     """R(w, g; V_1 ... V_n) of METHOD §2, optionally scaled by a scalar gate.
 
     Parameters: `query` (D,) initialised to zero, so the weights start uniform; `key_norm.weight`
     (D,) initialised to one; `gate` () initialised to zero when `gated` (Delta Block's exact
     conversion, METHOD §4), else None.
     """
+
+    static_query = True
 
     def __init__(self, hidden_size: int, eps: float = 1e-6, gated: bool = False) -> None:
         super().__init__()
@@ -34,17 +38,30 @@ class Router(nn.Module):
         if self.gate is not None:
             nn.init.zeros_(self.gate)
 
+    def draw_queries(self, std: float) -> None:
+        """Query from N(0, std), as public research code leaves it (an ablation; both papers use zero)."""
+        with torch.no_grad():
+            self.query.normal_(0.0, std)
+
     def effective_query(self) -> torch.Tensor:
         """w * g (D,): query . RMSNorm_g(v) = inv_rms(v) * (w * g) . v, what the fast paths use."""
         return self.query * self.key_norm.weight
 
-    def forward(self, sources: Sequence[torch.Tensor], impl: str = "reference",
-                inv: Sequence[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, sources: Sequence[torch.Tensor], need_weights: bool = True, impl: str = "reference",
+                inv: Sequence[torch.Tensor] | None = None,
+                prefix: RoutedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """sources: n tensors (B, T, D) -> (gate * sum_i alpha_i V_i (B, T, D), alpha (B, T, n) fp32).
 
         impl: "reference", "lean", "triton" or "auto" (see `resolve_impl`); inv: each source's
         `inv_rms` (B, T) when the caller has them cached (fast paths only), else computed here.
+        prefix: phase-1 routing of this router over sources[:prefix.num_sources], computed with
+        its group (two-phase routing); only the remaining sources are read, merged by online softmax.
+        Weights are None when a prefix is merged and need_weights is False (they would cost a copy).
         """
+        if prefix is not None:
+            for source in sources[prefix.num_sources:]:
+                prefix = merge_source(prefix, source, self.key_norm.eps, need_weights)
+            return self.apply_gate(prefix.mixed), prefix.weights
         if impl not in ("reference", "lean"):  # the scheme passes these already resolved
             impl = resolve_impl(impl, sources[0].device)
         if impl == "reference":

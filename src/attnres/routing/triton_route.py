@@ -54,6 +54,8 @@ from collections.abc import Sequence
 
 import torch
 
+from attnres.routing.lean import compute_dtype
+
 __all__ = ["route_sources_triton", "triton_available"]
 
 # Bound to triton.language by _kernels(); the kernel bodies below resolve `tl` from module globals.
@@ -355,9 +357,7 @@ class _RouteSources(torch.autograd.Function):
         tokens = sources[0].numel() // d
         device = queries.device
         q32 = queries.to(torch.float32).contiguous()
-        out_dtype = sources[0].dtype
-        for v in sources[1:]:
-            out_dtype = torch.promote_types(out_dtype, v.dtype)
+        out_dtype, _ = compute_dtype(sources)
 
         mixed = torch.empty(s, *batch, d, dtype=out_dtype, device=device)
         lse = torch.empty(s, *batch, dtype=torch.float32, device=device)

@@ -1,11 +1,15 @@
-"""Training: configs, AdamW groups, schedules, the loop, checkpoints, metrics."""
+"""Training: configs, AdamW groups, schedules, the trainer, evaluation, metrics.
 
-from attnres.train.checkpoint import CheckpointError, latest_checkpoint, read_checkpoint
+Checkpoints are `attnres.checkpoint`'s format, written through `attnres.distributed.Checkpointer`;
+their errors and readers are re-exported here for convenience.
+"""
+
+from attnres.checkpoint import CheckpointError, latest_checkpoint, read_checkpoint
 from attnres.train.config import TrainConfig, TrainConfigError
-from attnres.train.evaluate import evaluate_checkpoint
-from attnres.train.loop import TrainingError, TrainResult, evaluate, train
+from attnres.train.evaluate import evaluate, evaluate_checkpoint
 from attnres.train.run_config import RunConfig, RunConfigError, load_run_config
+from attnres.train.trainer import Trainer, TrainingError, TrainResult, train
 
 __all__ = ["CheckpointError", "RunConfig", "RunConfigError", "TrainConfig", "TrainConfigError", "TrainResult",
-           "TrainingError", "evaluate", "evaluate_checkpoint", "latest_checkpoint", "load_run_config",
+           "Trainer", "TrainingError", "evaluate", "evaluate_checkpoint", "latest_checkpoint", "load_run_config",
            "read_checkpoint", "train"]

@@ -1,71 +1,23 @@
-"""TrainConfig: optimisation, schedule, precision, evaluation and checkpoint settings."""
+"""TrainConfig: optimisation, schedule, precision, evaluation, checkpoint and parallelism settings."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from attnres.distributed.pipeline_layout import PipelineConfig, PipelineConfigError
+from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, is_number
+from attnres.common.precision import PRECISIONS
+from attnres.distributed.env import DistributedEnv
+from attnres.distributed.pipeline_layout import PipelineConfigError, PipelineSettings
+from attnres.distributed.wrapper import PARALLEL_MODES as WRAPPED_MODES
+from attnres.distributed.wrapper import StepSettings
 
 SCHEDULES = ("cosine", "wsd", "constant")
 QUERY_INITS = ("zero", "normal")
-PRECISIONS = ("bf16", "fp32")
-PARALLEL_MODES = ("auto", "none", "ddp", "fsdp", "pipeline")
+PARALLEL_MODES = ("auto", *WRAPPED_MODES)
 
 
 class TrainConfigError(ValueError):
     """An invalid training setting; the message names the field and the allowed values."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class PipelineSettings:
-    """`train.pipeline`: how `parallel: pipeline` cuts the model into stages (docs/pipeline.md).
-
-    The fields of `attnres.distributed.pipeline_layout.PipelineConfig` that a run chooses; the
-    shapes that travel come from the run: microbatch_size = train.batch_size / num_microbatches,
-    seq_len = train.seq_len. schedule: "gpipe", "1f1b" or "interleaved1f1b"; stages_per_rank (V):
-    1 except for "interleaved1f1b"; layers_per_stage: decoder layers of each of the P x V stages,
-    or None for an even split; allow_partial_blocks: let a stage boundary cut a block; cache: the
-    cross-stage source cache.
-    """
-
-    schedule: str = "1f1b"
-    stages_per_rank: int = 1
-    num_microbatches: int = 4
-    cache: bool = True
-    layers_per_stage: tuple[int, ...] | None = None
-    allow_partial_blocks: bool = False
-
-    def __post_init__(self) -> None:
-        if self.layers_per_stage is not None:
-            if not isinstance(self.layers_per_stage, (list, tuple)):
-                raise TrainConfigError(f"TrainConfig.pipeline.layers_per_stage must be a list of layer counts "
-                                       f"(one per stage) or null, got {self.layers_per_stage!r}")
-            object.__setattr__(self, "layers_per_stage", tuple(self.layers_per_stage))  # YAML gives a list
-        try:  # the library's own rules, so a run and build_pipeline cannot disagree on what is valid
-            self.to_pipeline_config(microbatch_size=1, seq_len=1)
-        except PipelineConfigError as error:
-            raise pipeline_setting_error(error, "TrainConfig.pipeline.") from None
-
-    def to_pipeline_config(self, microbatch_size: int, seq_len: int) -> PipelineConfig:
-        """The library's PipelineConfig: these settings with micro-batches of (microbatch_size, seq_len) tokens."""
-        return PipelineConfig(schedule=self.schedule, stages_per_rank=self.stages_per_rank,
-                              num_microbatches=self.num_microbatches, microbatch_size=microbatch_size,
-                              seq_len=seq_len, layers_per_stage=self.layers_per_stage,
-                              allow_partial_blocks=self.allow_partial_blocks, cache=self.cache)
-
-    @classmethod
-    def from_value(cls, value: "PipelineSettings | dict | None") -> "PipelineSettings":
-        """The settings from a `train.pipeline` mapping (unknown keys are errors), or as given."""
-        if isinstance(value, cls):
-            return value
-        if value is None:
-            return cls()
-        if not isinstance(value, dict):
-            raise TrainConfigError(f"TrainConfig.pipeline must be a mapping of {sorted(_names(cls))}, got {value!r}")
-        unknown = sorted(set(value) - _names(cls))
-        if unknown:
-            raise TrainConfigError(f"unknown train.pipeline key(s) {unknown}; allowed: {sorted(_names(cls))}")
-        return cls(**value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,8 +38,8 @@ class TrainConfig:
     (FSDP2: parameters, gradients and optimizer state sharded), "none" (one process), or "auto"
     (ddp with more than one process, else none). batch_size stays the global batch of a
     micro-step: each of W ranks trains on batch_size / W of its rows. "pipeline" cuts the model
-    into stages over the ranks instead (settings in `pipeline`, see PipelineSettings and
-    docs/pipeline.md): fp32 only, grad_accum 1, no compile, batch_size a multiple of
+    into stages over the ranks instead (settings in `pipeline`: attnres.distributed's
+    PipelineSettings, see docs/pipeline.md): fp32 only, grad_accum 1, no compile, batch_size a multiple of
     pipeline.num_microbatches.
     """
 
@@ -125,42 +77,33 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "seq_len", "eval_every", "log_every",
                      "checkpoint_every", "keep_checkpoints"):
-            _positive_int(name, getattr(self, name))
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise TrainConfigError(f"TrainConfig.warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
-        if self.eval_batches is not None:
-            _positive_int("eval_batches", self.eval_batches)
-        if self.diagnostics_every is not None:
-            _positive_int("diagnostics_every", self.diagnostics_every)
-        _positive_int("diagnostics_batches", self.diagnostics_batches)
+            check_int(getattr(self, name), f"TrainConfig.{name}", error=TrainConfigError)
+        check_int(self.warmup_steps, "TrainConfig.warmup_steps", minimum=0, error=TrainConfigError)
+        for name in ("eval_batches", "diagnostics_every"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), f"TrainConfig.{name}", error=TrainConfigError)
+        check_int(self.diagnostics_batches, "TrainConfig.diagnostics_batches", error=TrainConfigError)
         for name in ("lr", "routing_lr_mult"):
-            _positive_number(name, getattr(self, name))
-        if not _is_number(self.min_lr) or not 0 <= self.min_lr <= self.lr:
+            check_positive_number(getattr(self, name), f"TrainConfig.{name}", error=TrainConfigError)
+        if not is_number(self.min_lr) or not 0 <= self.min_lr <= self.lr:
             raise TrainConfigError(f"TrainConfig.min_lr must be a number in [0, lr={self.lr}], got {self.min_lr!r}")
-        if not _is_number(self.weight_decay) or self.weight_decay < 0:
+        if not is_number(self.weight_decay) or self.weight_decay < 0:
             raise TrainConfigError(f"TrainConfig.weight_decay must be a number >= 0, got {self.weight_decay!r}")
         for name in ("beta1", "beta2"):
             value = getattr(self, name)
-            if not _is_number(value) or not 0 <= value < 1:
+            if not is_number(value) or not 0 <= value < 1:
                 raise TrainConfigError(f"TrainConfig.{name} must be a number in [0, 1), got {value!r}")
-        if not _is_number(self.decay_fraction) or not 0 < self.decay_fraction <= 1:
+        if not is_number(self.decay_fraction) or not 0 < self.decay_fraction <= 1:
             raise TrainConfigError(f"TrainConfig.decay_fraction must be in (0, 1], got {self.decay_fraction!r}")
         if self.grad_clip is not None:
-            _positive_number("grad_clip", self.grad_clip)
-        if self.schedule not in SCHEDULES:
-            raise TrainConfigError(f"TrainConfig.schedule must be one of {list(SCHEDULES)}, got {self.schedule!r}")
-        if self.query_init not in QUERY_INITS:
-            raise TrainConfigError(f"TrainConfig.query_init must be one of {list(QUERY_INITS)}, got {self.query_init!r}")
-        if self.parallel not in PARALLEL_MODES:
-            raise TrainConfigError(f"TrainConfig.parallel must be one of {list(PARALLEL_MODES)}, got {self.parallel!r}")
-        if self.precision not in PRECISIONS:
-            raise TrainConfigError(f"TrainConfig.precision must be one of {list(PRECISIONS)}, got {self.precision!r}")
+            check_positive_number(self.grad_clip, "TrainConfig.grad_clip", error=TrainConfigError)
+        for name, choices in (("schedule", SCHEDULES), ("query_init", QUERY_INITS), ("parallel", PARALLEL_MODES),
+                              ("precision", PRECISIONS)):
+            check_choice(getattr(self, name), f"TrainConfig.{name}", choices, error=TrainConfigError)
         for name in ("compile", "activation_checkpointing", "progress", "tensorboard"):
-            if not isinstance(getattr(self, name), bool):
-                raise TrainConfigError(f"TrainConfig.{name} must be true or false, got {getattr(self, name)!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise TrainConfigError(f"TrainConfig.seed must be an integer >= 0, got {self.seed!r}")
-        object.__setattr__(self, "pipeline", PipelineSettings.from_value(self.pipeline))
+            check_bool(getattr(self, name), f"TrainConfig.{name}", error=TrainConfigError, yaml=True)
+        check_int(self.seed, "TrainConfig.seed", minimum=0, error=TrainConfigError)
+        object.__setattr__(self, "pipeline", _pipeline_settings(self.pipeline))
         if self.parallel == "pipeline":
             self._check_pipeline()
 
@@ -189,25 +132,57 @@ class TrainConfig:
     def tokens_per_step(self) -> int:
         return self.batch_size * self.grad_accum * self.seq_len
 
+    def step_settings(self) -> StepSettings:
+        """How one optimizer step runs on a rank (attnres.distributed's settings)."""
+        return StepSettings(precision=self.precision, grad_accum=self.grad_accum, compile=self.compile)
+
+
+def resolve_parallel(cfg: TrainConfig, env: DistributedEnv | None) -> str:
+    """The kind of parallelism of this run, "none", "ddp", "fsdp" or "pipeline": train.parallel with
+    "auto" resolved (ddp when launched on more than one process, else none) and checked against the launch."""
+    mode = cfg.parallel
+    if mode == "auto":
+        mode = "ddp" if env is not None and env.world_size > 1 else "none"
+    if env is None and mode != "none":
+        raise TrainConfigError(f"train.parallel={mode!r} needs a process group: launch with "
+                               f"`torchrun --nproc_per_node=N -m attnres train ...`, or set train.parallel=none")
+    if env is None:
+        return mode
+    if mode == "none" and env.world_size > 1:
+        raise TrainConfigError(f"train.parallel='none' with {env.world_size} processes would train "
+                               f"{env.world_size} copies side by side; use 'ddp', 'fsdp' or 'auto'")
+    if mode == "pipeline":  # every rank takes whole batches; the micro-batch split is TrainConfig's check
+        if env.world_size < 2:
+            raise TrainConfigError("train.parallel='pipeline' needs at least 2 processes (each runs one or more "
+                                   "stages); launch with `torchrun --nproc_per_node=N` with N >= 2")
+        return mode
+    if cfg.batch_size % env.world_size:
+        raise TrainConfigError(f"train.batch_size={cfg.batch_size} (the global batch) must be divisible by the "
+                               f"world size {env.world_size}: each rank takes batch_size / world_size rows")
+    return mode
+
 
 def pipeline_setting_error(error: PipelineConfigError, prefix: str = "train.pipeline.") -> TrainConfigError:
-    """A PipelineConfig error reworded for a run: its fields named as the run's config keys."""
-    return TrainConfigError(str(error).replace("PipelineConfig.", prefix))
+    """A pipeline error reworded for a run: its fields named as the run's config keys."""
+    message = str(error)
+    for owner in ("PipelineConfig.", "PipelineSettings."):
+        message = message.replace(owner, prefix)
+    return TrainConfigError(message)
 
 
-def _names(kind) -> set[str]:
-    return {f.name for f in fields(kind)}
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _positive_int(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TrainConfigError(f"TrainConfig.{name} must be a positive integer, got {value!r}")
-
-
-def _positive_number(name: str, value: object) -> None:
-    if not _is_number(value) or not value > 0:
-        raise TrainConfigError(f"TrainConfig.{name} must be a positive number, got {value!r}")
+def _pipeline_settings(value: PipelineSettings | dict | None) -> PipelineSettings:
+    """`train.pipeline` from YAML (a mapping; unknown keys are errors), or the settings as given."""
+    if isinstance(value, PipelineSettings):
+        return value
+    if value is None:
+        return PipelineSettings()
+    names = {f.name for f in fields(PipelineSettings)}
+    if not isinstance(value, dict):
+        raise TrainConfigError(f"TrainConfig.pipeline must be a mapping of {sorted(names)}, got {value!r}")
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise TrainConfigError(f"unknown train.pipeline key(s) {unknown}; allowed: {sorted(names)}")
+    try:
+        return PipelineSettings(**value)
+    except PipelineConfigError as error:
+        raise pipeline_setting_error(error, "TrainConfig.pipeline.") from None

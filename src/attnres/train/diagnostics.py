@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from attnres.analysis import collect_depth_stats, collect_grad_norms, summarize_max_weights
 from attnres.model import AttnResLM
 
 
@@ -15,8 +16,6 @@ def routing_diagnostics(model: AttnResLM, batches: list[torch.Tensor]) -> dict:
     the final hidden state; `diag/grad_rms` per sub-layer output. Scalars: `diag/max_weight_deep`
     (mean over the deepest third of routers) and `diag/entropy_mean`. The model is left as found.
     """
-    from attnres.analysis import collect_depth_stats, collect_grad_norms, summarize_max_weights
-
     stats = collect_depth_stats(model, batches)
     record = {"diag/hidden_rms": stats.hidden_rms, "diag/grad_rms": collect_grad_norms(model, batches)}
     if stats.max_weight and any(v is not None for v in stats.max_weight):  # a routed variant

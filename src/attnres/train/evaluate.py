@@ -1,4 +1,4 @@
-"""Evaluate a saved checkpoint on its run's held-out split."""
+"""Evaluation: the mean loss of a model on batches, and of a saved checkpoint on its run's held-out split."""
 
 from __future__ import annotations
 
@@ -8,11 +8,28 @@ from pathlib import Path
 
 import torch
 
+from attnres.checkpoint import Checkpoint, CheckpointError, latest_checkpoint, read_checkpoint
+from attnres.common.precision import autocast
 from attnres.data import PreparedData, eval_batches, prepare_data
+from attnres.distributed.checkpointer import restore_model
 from attnres.model import AttnResLM
-from attnres.train.checkpoint import Checkpoint, CheckpointError, latest_checkpoint, read_checkpoint, restore_model
-from attnres.train.loop import build_model, evaluate
+from attnres.train.init import build_model
 from attnres.train.run_config import RunConfig
+
+
+@torch.no_grad()
+def evaluate(model: AttnResLM, batches: list[torch.Tensor], precision: str) -> float:
+    """Mean next-token loss over `batches` (each (B, T)), every batch weighted by its tokens."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for batch in batches:
+        with autocast(batch.device, precision):
+            loss = model(batch, labels=batch).loss
+        tokens = batch.shape[0] * (batch.shape[1] - 1)
+        total, count = total + float(loss) * tokens, count + tokens
+    model.train(was_training)
+    return total / max(count, 1)
 
 
 @dataclass

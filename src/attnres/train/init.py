@@ -1,4 +1,5 @@
-"""Starting weights of a run: a pretrained (converted) model, and the router-query initialisation."""
+"""The starting model of a run: built from the run's seed, a pretrained (converted) model's weights, and
+the router-query initialisation."""
 
 from __future__ import annotations
 
@@ -8,8 +9,17 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
+from attnres.checkpoint import CheckpointError
 from attnres.model import AttnResLM
-from attnres.train.checkpoint import CheckpointError
+from attnres.train.run_config import RunConfig
+
+
+def build_model(run: RunConfig, vocab_size: int, device: torch.device) -> AttnResLM:
+    """The run's model on `device`, initialised from the run's seed (vocab_size fills "auto")."""
+    torch.manual_seed(run.train.seed)
+    model = AttnResLM(run.build_model_config(vocab_size)).to(device)
+    model.activation_checkpointing = run.train.activation_checkpointing
+    return model
 
 
 def load_initial_weights(model: AttnResLM, directory: str | Path) -> list[str]:
@@ -37,7 +47,8 @@ def load_initial_weights(model: AttnResLM, directory: str | Path) -> list[str]:
     except RuntimeError as error:
         raise CheckpointError(f"init_from: weights in {directory} do not fit the model: {error}") from None
     missing = [k for k in result.missing_keys if not (k == "lm_head.weight" and model.config.tie_embeddings)]
-    not_routing = [k for k in missing if not k.startswith("residual.routers.")]
+    routing = {name for name, _ in model.routing_parameters()}
+    not_routing = [k for k in missing if k not in routing]
     if not_routing or result.unexpected_keys:
         raise CheckpointError(f"init_from: weights in {directory} do not fit the model: missing {not_routing}, "
                               f"unexpected {sorted(result.unexpected_keys)}")
@@ -46,6 +57,5 @@ def load_initial_weights(model: AttnResLM, directory: str | Path) -> list[str]:
 
 def draw_normal_queries(model: AttnResLM, std: float = 0.02) -> None:
     """Router queries from N(0, std), as the public research code leaves them (for ablations)."""
-    with torch.no_grad():
-        for router in model.routers:
-            router.query.normal_(0.0, std)
+    for mixer in model.routers:
+        mixer.draw_queries(std)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from attnres.common.precision import autocast
 
-def measure_step_memory(model: nn.Module, batch: torch.Tensor, autocast_dtype: torch.dtype | None) -> dict:
-    """Run one forward/backward on `batch` (B, T) and report bytes.
+
+def measure_step_memory(model: nn.Module, batch: torch.Tensor, precision: str) -> dict:
+    """Run one forward/backward on `batch` (B, T) under `precision` ("bf16" autocast or "fp32") and report bytes.
 
     activation_bytes: distinct storages saved for backward during the forward pass (what the
     residual scheme changes); peak_bytes: on CUDA the allocator's peak, elsewhere an estimate =
@@ -27,7 +29,7 @@ def measure_step_memory(model: nn.Module, batch: torch.Tensor, autocast_dtype: t
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        with torch.autocast(device.type, dtype=autocast_dtype or torch.float32, enabled=autocast_dtype is not None):
+        with autocast(device, precision):
             loss = model(batch, labels=batch).loss
     activation = sum(seen.values())
     loss.backward()

@@ -7,20 +7,22 @@ from collections.abc import Collection
 import torch
 from torch import nn
 
+from attnres.model import AttnResLM
 from attnres.train.config import TrainConfig
 
 
-def parameter_groups(model: nn.Module, only: Collection[str] | None = None) -> dict[str, list[tuple[str, nn.Parameter]]]:
+def parameter_groups(model: AttnResLM, only: Collection[str] | None = None) -> dict[str, list[tuple[str, nn.Parameter]]]:
     """Split parameters into "decay" (linear weights), "no_decay" (norm gains, embeddings, tied
     head) and "routing" (router queries, key gains, gates). Shared (tied) tensors appear once.
 
     only: names (as in model.named_parameters()) to keep, e.g. a pipeline stage's own; None keeps all."""
     embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    routing_ids = {id(param) for _, param in model.routing_parameters()}
     groups: dict[str, list[tuple[str, nn.Parameter]]] = {"decay": [], "no_decay": [], "routing": []}
     for name, param in model.named_parameters():  # named_parameters yields a tied tensor once
         if not param.requires_grad or (only is not None and name not in only):
             continue
-        if name.startswith("residual.routers."):
+        if id(param) in routing_ids:
             groups["routing"].append((name, param))
         elif param.dim() < 2 or id(param) in embedding_ids:
             groups["no_decay"].append((name, param))
@@ -29,7 +31,7 @@ def parameter_groups(model: nn.Module, only: Collection[str] | None = None) -> d
     return groups
 
 
-def build_optimizer(model: nn.Module, config: TrainConfig, only: Collection[str] | None = None) -> torch.optim.AdamW:
+def build_optimizer(model: AttnResLM, config: TrainConfig, only: Collection[str] | None = None) -> torch.optim.AdamW:
     """AdamW over fp32 parameters: weight decay only on "decay"; routing at lr * routing_lr_mult.
 
     only: train just these parameter names (a pipeline rank's stages); None: every parameter."""

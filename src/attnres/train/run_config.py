@@ -8,8 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
+from attnres.common.config_files import parse_assignment, read_yaml_mapping
 from attnres.data import DataConfig
 from attnres.model import ModelConfig
 from attnres.train.config import TrainConfig
@@ -125,10 +124,7 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
     A dotted key sets a field of a nested mapping: `train.pipeline.schedule=gpipe`."""
     result = {key: (dict(value) if isinstance(value, dict) else value) for key, value in values.items()}
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise RunConfigError(f"override {item!r} must look like section.key=value (e.g. train.lr=3e-4)")
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        key, value = parse_assignment(item, "override", "section.key=value (e.g. train.lr=3e-4)", RunConfigError)
         if key == "out_dir":
             result["out_dir"] = str(value)
             continue
@@ -150,15 +146,7 @@ def load_run_config(path: str | Path | None, overrides: list[str] = (), base: di
     """Read a YAML run config (or start from `base`), apply overrides, validate."""
     values = dict(base or {})
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise RunConfigError(f"config file {path} does not exist")
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as error:
-            raise RunConfigError(f"config file {path} is not valid YAML: {error}") from None
-        if not isinstance(loaded, dict):
-            raise RunConfigError(f"config file {path} must hold a mapping with sections {list(SECTIONS)}")
+        loaded = read_yaml_mapping(path, "config file", f"a mapping with sections {list(SECTIONS)}", RunConfigError)
         for key, value in loaded.items():  # a section in the file refines the base's, key by key
             both_sections = isinstance(value, dict) and isinstance(values.get(key), dict)
             values[key] = {**values[key], **value} if both_sections else value

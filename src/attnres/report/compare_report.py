@@ -1,169 +1,20 @@
-"""The comparison report: summary statistics over seeds, figures, results.json, report.md and index.html.
+"""The comparison report of `attnres compare`: figures, results.json, report.md and index.html.
 
-`results` is the training side's output (schema in `write_report`). The Markdown and HTML pages are
-rendered from one list of blocks, so they carry the same content; every number they show is in
-results.json (the input, its summary and the figure list).
+`results` is the training side's output (schema in `write_report`); its statistics over seeds come
+from `attnres.report.compare_summary.summarize`. The Markdown and HTML pages are rendered from one
+list of blocks (`attnres.report.document`), so they carry the same content; every number they show
+is in results.json (the input, its summary and the figure list).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import numbers
-import re
-import statistics
 from pathlib import Path
 
-from attnres.analysis.document import dumps_json, fmt, jsonable, render_html, render_markdown, write_atomic
-from attnres.analysis.sharpness import summarize_max_weights
-
-BASELINE = "standard"
-REQUIRED_VARIANT_KEYS = ("name", "residual", "runs")
-REQUIRED_RUN_KEYS = ("seed", "val_curve", "final_val_loss", "step_time_s", "peak_memory_bytes",
-                     "activation_bytes", "depth_stats")
-# summary key -> run key; each a median over seeds divided by standard's median.
-COST_RATIOS = {"step_time_ratio": "step_time_s", "peak_memory_ratio": "peak_memory_bytes",
-               "activation_ratio": "activation_bytes"}
-
-
-# ---------------------------------------------------------------- validation
-
-def _variants(results: dict) -> list[dict]:
-    """The variant list, checked for the keys the report needs; ValueError naming what is missing."""
-    if not isinstance(results, dict) or not results.get("variants"):
-        raise ValueError("results must be a dict with a non-empty 'variants' list")
-    names = set()
-    for i, variant in enumerate(results["variants"]):
-        label = variant.get("name", f"#{i}") if isinstance(variant, dict) else f"#{i}"
-        for key in REQUIRED_VARIANT_KEYS:
-            if not isinstance(variant, dict) or key not in variant:
-                raise ValueError(f"variant {label!r} lacks required key {key!r}")
-        if variant["name"] in names:
-            raise ValueError(f"variant name {variant['name']!r} appears twice")
-        names.add(variant["name"])
-        if not variant["runs"]:
-            raise ValueError(f"variant {label!r} has no runs")
-        for j, run in enumerate(variant["runs"]):
-            for key in REQUIRED_RUN_KEYS:
-                if key not in run:
-                    raise ValueError(f"variant {label!r}, run {j} (seed {run.get('seed', '?')}) "
-                                     f"lacks required key {key!r}")
-            if not isinstance(run["final_val_loss"], numbers.Real):
-                raise ValueError(f"variant {label!r}, run {j}: final_val_loss must be a number, "
-                                 f"got {run['final_val_loss']!r}")
-    baselines = [v for v in results["variants"] if v["residual"] == BASELINE]
-    if len(baselines) != 1:
-        raise ValueError(f"results need exactly one variant with residual {BASELINE!r} as the baseline, "
-                         f"got residuals {[v['residual'] for v in results['variants']]}")
-    return results["variants"]
-
-
-# ---------------------------------------------------------------- summary
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
-
-
-def _std(values: list[float]) -> float:
-    """Sample standard deviation; 0.0 for a single value; NaN if a value is not finite (a diverged run)."""
-    if not all(math.isfinite(v) for v in values):
-        return math.nan  # statistics.stdev raises on inf/nan
-    return statistics.stdev(values) if len(values) > 1 else 0.0
-
-
-# Two-sided 95 % Student-t quantiles t_{0.975, df} for df = 1 .. 10; beyond that 1.96 is within 12 %.
-T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-
-
-def ci95_halfwidth(values: list[float]) -> float | None:
-    """Half-width of the 95 % confidence interval of the mean (Student t, sample std); None for
-    one value (no interval), NaN if a value is not finite."""
-    n = len(values)
-    if n < 2:
-        return None
-    t = T_975[n - 2] if n - 1 <= len(T_975) else 1.96
-    return t * _std(values) / math.sqrt(n)
-
-
-def _exp(x: float) -> float:
-    return math.exp(x) if not x > 700 else math.inf  # a diverged run must not crash the report
-
-
-def _finite(x) -> bool:
-    return isinstance(x, numbers.Real) and math.isfinite(x)
-
-
-def _median_ratio(values: list, base: list) -> float | None:
-    """median(values) / median(base); None when any value is missing or the base is not positive."""
-    if not all(_finite(v) for v in values + base):
-        return None
-    denominator = statistics.median(base)
-    return statistics.median(values) / denominator if denominator > 0 else None
-
-
-def _stats(run: dict) -> dict | None:
-    stats = run["depth_stats"]
-    return stats.to_dict() if hasattr(stats, "to_dict") else stats
-
-
-def _mean_by_position(rows: list[list]) -> list[float | None]:
-    """Elementwise mean over rows of possibly different lengths, skipping None; None where all are None."""
-    width = max((len(r) for r in rows), default=0)
-    columns = [[r[i] for r in rows if i < len(r) and r[i] is not None] for i in range(width)]
-    return [_mean(c) for c in columns]
-
-
-def _average_curve(curves: list[list]) -> list[list[float]]:
-    """[[step, value], ...] per seed -> [[step, mean, std], ...] over the seeds that have each step."""
-    by_step: dict[float, list[float]] = {}
-    for curve in curves:
-        for point in curve:
-            if point[1] is not None:
-                by_step.setdefault(point[0], []).append(float(point[1]))
-    return [[step, _mean(v), _std(v)] for step, v in sorted(by_step.items())]
-
-
-def _summarize_variant(variant: dict, baseline: dict) -> dict:
-    runs = variant["runs"]
-    losses = [float(r["final_val_loss"]) for r in runs]
-    ppl = [_exp(x) for x in losses]
-    stats = [s for s in map(_stats, runs) if s]
-    deep = [summarize_max_weights(s["max_weight"])["max_weight_deep"] for s in stats]
-    deep = [d for d in deep if d is not None]
-    out = {"residual": variant["residual"], "num_blocks": variant.get("num_blocks"),
-           "seeds": [r["seed"] for r in runs],
-           "val_loss_mean": _mean(losses), "val_loss_std": _std(losses), "val_loss_ci95": ci95_halfwidth(losses),
-           "ppl_mean": _mean(ppl), "ppl_std": _std(ppl), "ppl_ci95": ci95_halfwidth(ppl)}
-    for key, run_key in COST_RATIOS.items():
-        out[key] = _median_ratio([r[run_key] for r in runs], [r[run_key] for r in baseline["runs"]])
-    out["max_weight_deep"] = _mean(deep)
-    out["max_weight_by_depth"] = _mean_by_position([s["max_weight"] for s in stats])
-    out["hidden_rms_by_depth"] = _mean_by_position([s["hidden_rms"] for s in stats])
-    out["val_curve"] = _average_curve([r["val_curve"] for r in runs])
-    out["train_curve"] = _average_curve([r.get("train_curve") or [] for r in runs])
-    return out
-
-
-def summarize(results: dict) -> dict:
-    """Per variant name (input order): statistics over its seeds, relative to `standard`.
-
-    Each entry: val_loss_mean, val_loss_std (sample std, 0.0 for one seed), val_loss_ci95 (half-width
-    of the Student-t 95 % interval of the mean; None for one seed), ppl_mean, ppl_std, ppl_ci95 (of
-    exp(final_val_loss) per seed), delta_vs_standard (val_loss_mean minus standard's),
-    step_time_ratio, peak_memory_ratio, activation_ratio (median over seeds / standard's median;
-    None if a value is missing), max_weight_deep (mean over seeds of the mean max weight of the
-    deepest third of multi-source routers; None if none), max_weight_by_depth and
-    hidden_rms_by_depth (per router / per depth, mean over seeds), val_curve and train_curve
-    ([[step, mean, std], ...] over seeds), plus residual, num_blocks and seeds.
-    Raises ValueError if `standard` is missing or a run lacks a required key.
-    """
-    variants = _variants(results)
-    baseline = next(v for v in variants if v["residual"] == BASELINE)
-    summary = {v["name"]: _summarize_variant(v, baseline) for v in variants}
-    base_loss = summary[baseline["name"]]["val_loss_mean"]
-    for entry in summary.values():
-        entry["delta_vs_standard"] = entry["val_loss_mean"] - base_loss
-    return summary
+from attnres.common.atomic import write_atomic
+from attnres.report.compare_summary import BASELINE, run_depth_stats, summarize
+from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
+from attnres.report.names import slug, unique_name
 
 
 # ---------------------------------------------------------------- formatting
@@ -226,13 +77,9 @@ def _settings_rows(settings) -> list[list[str]]:
 
 # ---------------------------------------------------------------- figures
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^a-z0-9_]+", "-", name.lower()).strip("-") or "variant"
-
-
 def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[str, str, str]]:
     """Draw every figure; returns (relative path, alt text, caption) in report order."""
-    from attnres.analysis import plots  # matplotlib only when a report is written
+    from attnres.report import plots  # matplotlib is slow to import: only when a report is written
 
     fig_dir = out_dir / "figures"
     preset = results.get("preset", "")
@@ -262,19 +109,16 @@ def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[st
                     "RMS of each sub-layer's input h_s and of the final hidden state, mean over seeds; "
                     "a steady rise with depth is the growth that dilutes deep layers' contributions."))
 
-    used = set()
+    used: set[str] = set()
     for variant in results["variants"]:
         if variant["name"] not in routed:
             continue
         run = min(variant["runs"], key=lambda r: r["seed"])  # the report's reference seed
-        stats = _stats(run)
+        stats = run_depth_stats(run)
         if not stats or not stats["source_names"]:
             continue
-        slug = _slug(variant["name"])
-        while slug in used:
-            slug += "-x"
-        used.add(slug)
-        rel = f"figures/routing_{slug}.png"
+        name = unique_name(slug(variant["name"], fallback="variant"), used)
+        rel = f"figures/routing_{name}.png"
         plots.plot_routing_heatmap(stats["source_names"], stats["mean_weights"], out_dir / rel,
                                    f"Routing weights: {variant['name']} (seed {run['seed']})")
         figures.append((rel, f"routing weights of {variant['name']}",
@@ -287,16 +131,19 @@ def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[st
 # ---------------------------------------------------------------- documents
 
 def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]]) -> list[tuple]:
-    """The report as blocks: ("h1"|"h2"|"p"|"code", text), ("figure", path, alt, caption) and
-    ("table", header, rows, numeric), where numeric right-aligns every column after the first."""
+    """The report as blocks (see `attnres.report.document`)."""
     machine = results.get("machine") or {}
     machine_text = ", ".join(f"{k} {v}" for k, v in machine.items()) if isinstance(machine, dict) else str(machine)
     seeds = ", ".join(str(s) for s in results.get("seeds") or [])
     blocks = [("h1", f"attnres comparison: {results.get('preset', '')}")]
     if results.get("description"):
         blocks.append(("p", str(results["description"])))
-    blocks += [("p", f"Created {results.get('created', '-')} on {machine_text or '-'}; seeds {seeds or '-'}."),
-               ("code", results.get("command", "")),
+    blocks += [("p", f"Created {results.get('created', '-')} on {machine_text or '-'}; seeds {seeds or '-'}.")]
+    code_path = results.get("code_path")
+    if code_path:
+        blocks.append(("p", f"Code path: routing {code_path['routing']} (routing_impl={code_path['routing_impl']}), "
+                            f"precision {code_path['precision']}."))
+    blocks += [("code", results.get("command", "")),
                ("h2", "Settings"), ("table", ["section", "settings"], _settings_rows(results.get("settings", {})), False),
                ("h2", "Results"),
                ("table", RESULT_HEADER, [result_row(name, entry, entry["residual"] == BASELINE)

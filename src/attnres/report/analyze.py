@@ -11,7 +11,7 @@ validation batches it measures:
 - `collect_source_cosines`: per router, the token-mean cosine matrix of its sources,
 - `collect_grad_norms`: RMS of dLoss/d(sub-layer output) by depth.
 
-`write_analysis_report` (in `analyze_report`) turns the results into figures, summary.md,
+`attnres.report.analyze_report.write_analysis_report` turns the results into figures, summary.md,
 index.html and analysis.json.
 """
 
@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import gc
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from attnres.analysis.depth_stats import DepthStats, collect_depth_stats
 from attnres.analysis.grad_norms import collect_grad_norms
+from attnres.analysis.intervals import mean
 from attnres.analysis.redundancy import collect_source_cosines
 from attnres.analysis.sharpness import summarize_max_weights
 from attnres.model.config import variant_name
+from attnres.report.analyze_report import write_analysis_report
+from attnres.train import CheckpointError
+from attnres.train.evaluate import held_out_batches, load_checkpoint, resolve_checkpoint, validation_loss
 
 DEFAULT_MAX_BATCHES = 4
 
@@ -62,11 +65,8 @@ class CheckpointAnalysis:
     summary: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
+        """Every field, as nested plain dicts and lists."""
         return asdict(self)
-
-
-def _mean(values: list[float]) -> float | None:
-    return sum(values) / len(values) if values else None
 
 
 def summarize_checkpoint(stats: DepthStats, grad_norms: list[float]) -> dict:
@@ -78,19 +78,17 @@ def summarize_checkpoint(stats: DepthStats, grad_norms: list[float]) -> dict:
     out = dict(summarize_max_weights(stats.max_weight))
     out["num_routers"] = len(stats.source_names)
     out["num_multi_source_routers"] = len(multi)
-    out["mean_entropy"] = _mean([stats.entropy[r] for r in multi]) if stats.entropy else None
-    out["mean_normalized_entropy"] = (_mean([stats.entropy[r] / math.log(len(stats.source_names[r])) for r in multi])
+    out["mean_entropy"] = mean([stats.entropy[r] for r in multi]) if stats.entropy else None
+    out["mean_normalized_entropy"] = (mean([stats.entropy[r] / math.log(len(stats.source_names[r])) for r in multi])
                                       if stats.entropy else None)
-    out["mean_effective_sources"] = (_mean([stats.effective_sources[r] for r in multi])
+    out["mean_effective_sources"] = (mean([stats.effective_sources[r] for r in multi])
                                      if stats.effective_sources else None)
-    out["mean_grad_norm"] = _mean(grad_norms)
+    out["mean_grad_norm"] = mean(grad_norms)
     return out
 
 
 def _check_checkpoint_dir(path: Path) -> None:
     """A clearer error than "state.json is missing" for a Hugging Face-format directory."""
-    from attnres.train import CheckpointError
-
     if path.is_dir() and not (path / "state.json").exists() and (path / "config.json").is_file():
         raise CheckpointError(f"{path} is a Hugging Face-format directory without a training state.json; "
                               "analyze needs a training checkpoint (its run config names the held-out data). "
@@ -101,8 +99,6 @@ def _check_checkpoint_dir(path: Path) -> None:
 def analyze_checkpoint(path: str | Path, label: str | None = None, max_batches: int = DEFAULT_MAX_BATCHES,
                        device: str = "cpu") -> CheckpointAnalysis:
     """Load checkpoint `path` (or a run directory's latest) and measure it on `max_batches` held-out batches."""
-    from attnres.train.evaluate import held_out_batches, load_checkpoint, resolve_checkpoint, validation_loss
-
     resolved = resolve_checkpoint(path)
     _check_checkpoint_dir(resolved)
     loaded = load_checkpoint(resolved, device)
@@ -147,8 +143,6 @@ def analyze(checkpoints: list[str | Path], out_dir: str | Path, labels: list[str
     arguments (label count, duplicate labels, max_batches < 1) before anything is loaded, and
     CheckpointError for a missing or corrupt checkpoint.
     """
-    from attnres.analysis.analyze_report import write_analysis_report
-
     if not checkpoints:
         raise ValueError("analyze needs at least one checkpoint")
     if not isinstance(max_batches, int) or max_batches < 1:
@@ -176,7 +170,3 @@ def analyze(checkpoints: list[str | Path], out_dir: str | Path, labels: list[str
                 "checkpoints": [r.to_dict() for r in results]}
     return write_analysis_report(analysis, Path(out_dir))
 
-
-def slug(text: str) -> str:
-    """File-name-safe form of a label, e.g. "block_attnres (N=2) step 12" -> "block_attnres-n-2-step-12"."""
-    return re.sub(r"[^a-z0-9_]+", "-", text.lower()).strip("-") or "checkpoint"

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from attnres.analysis.plots import (heatmap_matrix, plot_cost_ratios, plot_hidden_rms_by_depth, plot_loss_curves,
-                                    plot_max_weight_by_depth, plot_routing_heatmap, router_labels)
+from attnres.report.plots import (heatmap_matrix, plot_cost_ratios, plot_hidden_rms_by_depth, plot_loss_curves,
+                                  plot_max_weight_by_depth, plot_routing_heatmap, router_labels)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NAN = float("nan")

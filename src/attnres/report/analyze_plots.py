@@ -1,8 +1,9 @@
 """Figures of `attnres analyze`: split routing heatmaps, source cosine matrices and depth line plots.
 
-Same conventions as `attnres.analysis.plots`: `matplotlib.figure.Figure` objects rendered with Agg
-(no pyplot), one PNG per function written atomically through `plots._save`, its path returned. Every
-axes gets a title and labelled axes; line plots get a legend when they draw more than one line.
+Same conventions as `attnres.report.plots`: `matplotlib.figure.Figure` objects rendered with Agg
+(no pyplot), one PNG per function written atomically through `plots.save_figure` (looked up at call
+time, so a test can capture the figures), its path returned. Every axes gets a title and labelled
+axes; line plots get a legend when they draw more than one line.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from attnres.analysis import plots
-from attnres.analysis.plots import MAX_HEATMAP_LABELS, STYLE, heatmap_matrix, router_labels
+from attnres.report import plots
+from attnres.report.plots import MAX_HEATMAP_LABELS, STYLE, heatmap_matrix, router_labels
 
 SOURCE_AXIS = "source (e = embedding, p = current partial)"
 
@@ -67,18 +68,18 @@ def plot_routing_heatmap_split(source_names: list[list[str]], mean_weights: list
             sub = matrix[indices] if indices and cols else np.full((1, max(cols, 1)), np.nan)
             image = ax.imshow(np.ma.masked_invalid(sub), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto",
                               interpolation="nearest")
-            row_ticks = plots._thinned(len(indices), MAX_HEATMAP_LABELS)
-            col_ticks = plots._thinned(cols, MAX_HEATMAP_LABELS)
+            row_ticks = plots.thinned(len(indices), MAX_HEATMAP_LABELS)
+            col_ticks = plots.thinned(cols, MAX_HEATMAP_LABELS)
             ax.set_yticks(row_ticks, [labels[indices[i]] for i in row_ticks])
             ax.set_xticks(col_ticks, [columns[j] for j in col_ticks], rotation=90 if cols > 12 else 0)
             if indices and len(indices) <= 24 and cols <= 14:
                 _annotate(ax, sub, ".2f", dark_above=0.6)
             if not indices:
-                plots._empty_note(ax, "no routers")
+                plots.empty_note(ax, "no routers")
             ax.set(title=name, xlabel=SOURCE_AXIS, ylabel="router (sub-layer)")
         fig.colorbar(image, ax=list(axes), label="mean routing weight")
         fig.suptitle(title)
-        return plots._save(fig, path)
+        return plots.save_figure(fig, path)
 
 
 def plot_cosine_matrices(matrices: dict[str, tuple[Sequence[str], Sequence[Sequence[float]]]], path,
@@ -99,7 +100,7 @@ def plot_cosine_matrices(matrices: dict[str, tuple[Sequence[str], Sequence[Seque
             ax.grid(False)
             matrix = np.asarray(values, dtype=float).reshape(len(names), len(names))
             image = ax.imshow(matrix, cmap="RdBu_r", vmin=-1.0, vmax=1.0, interpolation="nearest")
-            ticks = plots._thinned(len(names), MAX_HEATMAP_LABELS)
+            ticks = plots.thinned(len(names), MAX_HEATMAP_LABELS)
             ax.set_xticks(ticks, [names[i] for i in ticks], rotation=90 if len(names) > 12 else 0)
             ax.set_yticks(ticks, [names[i] for i in ticks])
             if len(names) <= 12:
@@ -107,31 +108,12 @@ def plot_cosine_matrices(matrices: dict[str, tuple[Sequence[str], Sequence[Seque
             ax.set(title=name, xlabel="source", ylabel="source")
         if not matrices:
             axes[0].grid(False)
-            plots._empty_note(axes[0], "no router with two or more sources")
+            plots.empty_note(axes[0], "no router with two or more sources")
             axes[0].set(title="no routers", xlabel="source", ylabel="source")
         else:
             fig.colorbar(image, ax=list(axes), label="mean cosine similarity", shrink=0.9)
         fig.suptitle(title)
-        return plots._save(fig, path)
-
-
-def _lines(ax, series: dict[str, Sequence[float | None]]) -> tuple[int, int, list[float]]:
-    """Draw one line per series, skipping None/NaN points; returns (lines drawn, longest, values)."""
-    drawn, longest, values = 0, 0, []
-    for name, ys in series.items():
-        points = [(i, v) for i, v in enumerate(ys) if plots._finite(v)]
-        longest = max(longest, len(ys))
-        values += [v for _, v in points]
-        if points:
-            ax.plot(*zip(*points), marker="o", markersize=4, label=name)
-            drawn += 1
-    return drawn, longest, values
-
-
-def _log_if_wide(ax, values: list[float], ratio: float = 20.0) -> None:
-    positive = [v for v in values if v > 0]
-    if positive and max(positive) > ratio * min(positive):
-        ax.set_yscale("log")
+        return plots.save_figure(fig, path)
 
 
 def plot_grad_norms_by_depth(series: dict[str, Sequence[float]], path, title: str) -> Path:
@@ -142,16 +124,16 @@ def plot_grad_norms_by_depth(series: dict[str, Sequence[float]], path, title: st
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(8, 5), layout="constrained")
         ax = fig.add_subplot()
-        drawn, longest, values = _lines(ax, series)
+        drawn, longest, values = plots.draw_lines(ax, series)
         if drawn:
-            plots._integer_ticks(ax, longest)
-            _log_if_wide(ax, values)
+            plots.integer_ticks(ax, longest)
+            plots.log_scale_if_wide(ax, values)
         else:
-            plots._empty_note(ax, "no values")
+            plots.empty_note(ax, "no values")
         ax.set(title=title, xlabel="sub-layer output (even: attention, odd: MLP)",
                ylabel="gradient RMS (per token's loss)")
-        plots._legend(ax, drawn)
-        return plots._save(fig, path)
+        plots.legend(ax, drawn)
+        return plots.save_figure(fig, path)
 
 
 def plot_entropy_by_depth(entropy: dict[str, Sequence[float | None]],
@@ -164,13 +146,13 @@ def plot_entropy_by_depth(entropy: dict[str, Sequence[float | None]],
         for ax, series, ylabel, name in ((axes[0], entropy, "entropy (nats, token mean)", "routing entropy"),
                                          (axes[1], effective, "effective sources exp(H) (token mean)",
                                           "effective number of sources")):
-            drawn, longest, _ = _lines(ax, series)
+            drawn, longest, _ = plots.draw_lines(ax, series)
             if drawn:
-                plots._integer_ticks(ax, longest, "final" if longest % 2 else None)
+                plots.integer_ticks(ax, longest, "final" if longest % 2 else None)
                 ax.set_ylim(bottom=0)
             else:
-                plots._empty_note(ax, "no multi-source routers")
+                plots.empty_note(ax, "no multi-source routers")
             ax.set(title=name, xlabel="router = sub-layer index (even: attention, odd: MLP)", ylabel=ylabel)
-            plots._legend(ax, drawn)
+            plots.legend(ax, drawn)
         fig.suptitle(title)
-        return plots._save(fig, path)
+        return plots.save_figure(fig, path)

@@ -7,10 +7,10 @@ import pytest
 import yaml
 from matplotlib.figure import Figure
 
-from attnres.analysis.analyze_plots import (plot_cosine_matrices, plot_entropy_by_depth, plot_grad_norms_by_depth,
-                                            plot_routing_heatmap_split, split_routers)
-from attnres.analysis.analyze_report import cosine_routers
 from attnres.cli import main
+from attnres.report.analyze_plots import (plot_cosine_matrices, plot_entropy_by_depth, plot_grad_norms_by_depth,
+                                          plot_routing_heatmap_split, split_routers)
+from attnres.report.analyze_report import cosine_routers
 from attnres.train import evaluate_checkpoint, load_run_config, train
 from tests.train.conftest import corpus_dir, tiny_run  # noqa: F401  (corpus_dir is a fixture)
 

@@ -1,21 +1,23 @@
-"""PNG figures of training and depth statistics, one function per figure.
+"""PNG figures of training and depth statistics, one function per figure, and the helpers they share.
 
 Figures are `matplotlib.figure.Figure` objects rendered with Agg: no pyplot, no global figure state.
-Each function writes one PNG atomically (temp file + rename) and returns its path.
+Each function writes one PNG atomically through `save_figure` and returns its path. The public
+helpers (`save_figure`, `finite`, `draw_lines`, `legend`, `empty_note`, `thinned`, `integer_ticks`,
+`log_scale_if_wide`) are the building blocks of `attnres.report.analyze_plots` too.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
+
+from attnres.common.atomic import atomic_file
 
 DPI = 120
 STYLE = {"font.size": 11, "axes.titlesize": 13, "axes.labelsize": 12, "xtick.labelsize": 10,
@@ -24,35 +26,48 @@ MAX_HEATMAP_LABELS = 30  # beyond this, label every k-th row/column so labels do
 MAX_LINE_LABELS = 20  # the same for the x axis of line plots (8 inches wide)
 
 
-def _finite(value) -> bool:
+def finite(value) -> bool:
+    """True for a number that is neither None nor NaN/inf: a point that can be drawn."""
     return value is not None and math.isfinite(value)
 
 
-def _save(fig: Figure, path) -> Path:
+def save_figure(fig: Figure, path) -> Path:
+    """Write `fig` as a PNG to `path` atomically (creating its folder); returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png", dpi=DPI)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; the figure is meant to be read
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, "wb") as handle:
+        fig.savefig(handle, format="png", dpi=DPI)
     return path
 
 
-def _legend(ax, count: int) -> None:
+def draw_lines(ax, series: dict[str, Sequence[float | None]]) -> tuple[int, int, list[float]]:
+    """One line per series against index 0 .. len-1, skipping None/NaN points.
+
+    Returns (lines drawn, length of the longest series, every drawn value).
+    """
+    drawn, longest, values = 0, 0, []
+    for name, ys in series.items():
+        points = [(i, v) for i, v in enumerate(ys) if finite(v)]
+        longest = max(longest, len(ys))
+        values += [v for _, v in points]
+        if points:
+            ax.plot(*zip(*points), marker="o", markersize=4, label=name)
+            drawn += 1
+    return drawn, longest, values
+
+
+def legend(ax, count: int) -> None:
+    """A legend where `count` > 1 lines are drawn; a single line is named by the title."""
     if count > 1:
         ax.legend(loc="best", framealpha=0.9)
 
 
-def _empty_note(ax, text: str) -> None:
+def empty_note(ax, text: str) -> None:
+    """Grey `text` in the middle of empty axes, so a blank panel explains itself."""
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
 
-def _thinned(count: int, most: int) -> list[int]:
+def thinned(count: int, most: int) -> list[int]:
     """About `most` evenly spaced indices of 0 .. count-1, always with the last (often "final")."""
     step = max(1, math.ceil(count / most))
     ticks = list(range(0, count, step))
@@ -63,13 +78,20 @@ def _thinned(count: int, most: int) -> list[int]:
     return ticks
 
 
-def _integer_ticks(ax, count: int, last_label: str | None = None) -> None:
+def integer_ticks(ax, count: int, last_label: str | None = None) -> None:
     """x ticks at integers 0 .. count-1 (thinned when many); the last one optionally renamed."""
-    ticks = _thinned(count, MAX_LINE_LABELS)
+    ticks = thinned(count, MAX_LINE_LABELS)
     labels = [str(i) for i in ticks]
     if last_label is not None and labels:
         labels[-1] = last_label
     ax.set_xticks(ticks, labels)
+
+
+def log_scale_if_wide(ax, values: list[float], ratio: float = 20.0) -> None:
+    """Logarithmic y axis when the positive `values` span more than `ratio` times."""
+    positive = [v for v in values if v > 0]
+    if positive and max(positive) > ratio * min(positive):
+        ax.set_yscale("log")
 
 
 def plot_loss_curves(curves: dict[str, Sequence[tuple[int, float, float]]], path, title: str) -> Path:
@@ -82,7 +104,7 @@ def plot_loss_curves(curves: dict[str, Sequence[tuple[int, float, float]]], path
         ax = fig.add_subplot()
         drawn = 0
         for name, points in curves.items():
-            pts = [(s, m, sp if _finite(sp) else 0.0) for s, m, sp in points if _finite(m)]
+            pts = [(s, m, sp if finite(sp) else 0.0) for s, m, sp in points if finite(m)]
             if not pts:
                 continue
             steps, mean, spread = (np.array(c, dtype=float) for c in zip(*pts))
@@ -91,11 +113,11 @@ def plot_loss_curves(curves: dict[str, Sequence[tuple[int, float, float]]], path
                 ax.fill_between(steps, mean - spread, mean + spread, color=line.get_color(), alpha=0.2, linewidth=0)
             drawn += 1
         if not drawn:
-            _empty_note(ax, "no validation points")
+            empty_note(ax, "no validation points")
         ax.set(title=title, xlabel="training step", ylabel="validation loss (nats/token)")
         if drawn > 1:  # losses fall, so the top right is usually free; "best" is slow on long curves
             ax.legend(loc="upper right", framealpha=0.9)
-        return _save(fig, path)
+        return save_figure(fig, path)
 
 
 def _source_order(name: str) -> tuple:
@@ -151,7 +173,7 @@ def plot_routing_heatmap(source_names: list[list[str]], mean_weights: list[list[
                           interpolation="nearest")
         fig.colorbar(image, ax=ax, label="mean routing weight")
         labels = router_labels(rows)
-        row_ticks, col_ticks = _thinned(rows, MAX_HEATMAP_LABELS), _thinned(cols, MAX_HEATMAP_LABELS)
+        row_ticks, col_ticks = thinned(rows, MAX_HEATMAP_LABELS), thinned(cols, MAX_HEATMAP_LABELS)
         ax.set_yticks(row_ticks, [labels[i] for i in row_ticks])
         ax.set_xticks(col_ticks, [columns[j] for j in col_ticks], rotation=90 if cols > 12 else 0)
         if rows * cols and rows <= 24 and cols <= 14:  # small grids: print the numbers too
@@ -160,9 +182,9 @@ def plot_routing_heatmap(source_names: list[list[str]], mean_weights: list[list[
                 ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=8,
                         color="black" if value > 0.6 else "white")
         if not rows:
-            _empty_note(ax, "no routers")
+            empty_note(ax, "no routers")
         ax.set(title=title, xlabel="source (e = embedding, p = current partial)", ylabel="router (sub-layer)")
-        return _save(fig, path)
+        return save_figure(fig, path)
 
 
 def plot_max_weight_by_depth(series: dict[str, Sequence[float | None]], path, title: str) -> Path:
@@ -173,23 +195,17 @@ def plot_max_weight_by_depth(series: dict[str, Sequence[float | None]], path, ti
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(8, 5), layout="constrained")
         ax = fig.add_subplot()
-        drawn, longest = 0, 0
-        for name, values in series.items():
-            points = [(i, v) for i, v in enumerate(values) if _finite(v)]
-            longest = max(longest, len(values))
-            if points:
-                ax.plot(*zip(*points), marker="o", markersize=4, label=name)
-                drawn += 1
+        drawn, longest, _ = draw_lines(ax, series)
         if drawn:
             # An odd router count has a final router last (see `router_labels`).
-            _integer_ticks(ax, longest, "final" if longest % 2 else None)
+            integer_ticks(ax, longest, "final" if longest % 2 else None)
         else:
-            _empty_note(ax, "no multi-source routers")
+            empty_note(ax, "no multi-source routers")
         ax.set_ylim(0, 1.05)
         ax.set(title=title, xlabel="router = sub-layer index (even: attention, odd: MLP)",
                ylabel="max routing weight (token mean)")
-        _legend(ax, drawn)
-        return _save(fig, path)
+        legend(ax, drawn)
+        return save_figure(fig, path)
 
 
 def plot_hidden_rms_by_depth(series: dict[str, Sequence[float]], path, title: str) -> Path:
@@ -201,24 +217,15 @@ def plot_hidden_rms_by_depth(series: dict[str, Sequence[float]], path, title: st
     with matplotlib.rc_context(STYLE):
         fig = Figure(figsize=(8, 5), layout="constrained")
         ax = fig.add_subplot()
-        drawn, longest, finite = 0, 0, []
-        for name, values in series.items():
-            points = [(i, v) for i, v in enumerate(values) if _finite(v)]
-            longest = max(longest, len(values))
-            finite += [v for _, v in points]
-            if points:
-                ax.plot(*zip(*points), marker="o", markersize=4, label=name)
-                drawn += 1
+        drawn, longest, values = draw_lines(ax, series)
         if drawn:
-            _integer_ticks(ax, longest, "final")
-            positive = [v for v in finite if v > 0]
-            if positive and max(positive) > 20 * min(positive):
-                ax.set_yscale("log")
+            integer_ticks(ax, longest, "final")
+            log_scale_if_wide(ax, values)
         else:
-            _empty_note(ax, "no values")
+            empty_note(ax, "no values")
         ax.set(title=title, xlabel="sub-layer input h_s (last: final hidden state)", ylabel="RMS")
-        _legend(ax, drawn)
-        return _save(fig, path)
+        legend(ax, drawn)
+        return save_figure(fig, path)
 
 
 def plot_cost_ratios(ratios: dict[str, dict[str, float | None]], path, title: str) -> Path:
@@ -236,22 +243,22 @@ def plot_cost_ratios(ratios: dict[str, dict[str, float | None]], path, title: st
         width = 0.8 / max(1, len(metrics))
         for k, metric in enumerate(metrics):
             values = [ratios[n].get(metric) for n in names]
-            xs = [i + (k - (len(metrics) - 1) / 2) * width for i, v in enumerate(values) if _finite(v)]
-            ys = [v for v in values if _finite(v)]
+            xs = [i + (k - (len(metrics) - 1) / 2) * width for i, v in enumerate(values) if finite(v)]
+            ys = [v for v in values if finite(v)]
             bars = ax.bar(xs, ys, width=width * 0.95, label=metric)
             ax.bar_label(bars, labels=[f"{v:.2f}×" for v in ys], fontsize=9, padding=2)
             for i, v in enumerate(values):
-                if not _finite(v):  # say so, rather than leave a gap that reads as zero
+                if not finite(v):  # say so, rather than leave a gap that reads as zero
                     x = i + (k - (len(metrics) - 1) / 2) * width
                     ax.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=9, color="0.4",
                             transform=ax.get_xaxis_transform())
         ax.axhline(1.0, color="0.2", linestyle="--", linewidth=1, label="standard = 1")
         ax.set_xticks(range(len(names)), names, rotation=20 if len(names) > 4 else 0,
                       ha="right" if len(names) > 4 else "center")
-        ax.set_ylim(0, max([1.0] + [v for r in ratios.values() for v in r.values() if _finite(v)]) * 1.15)
+        ax.set_ylim(0, max([1.0] + [v for r in ratios.values() for v in r.values() if finite(v)]) * 1.15)
         if not names:
-            _empty_note(ax, "no variants")
+            empty_note(ax, "no variants")
         ax.set(title=title, xlabel="variant", ylabel="cost relative to standard (×)")
         # Outside the axes, so it never covers the bar labels.
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-        return _save(fig, path)
+        return save_figure(fig, path)

@@ -1,18 +1,19 @@
-"""Checkpoints: safetensors tensors plus a JSON state, written atomically, verified on load.
+"""The checkpoint format: directory layout, digests, atomic publication, reading and verification.
 
 Layout of `<run>/checkpoints/step_<N>/`:
-  model.safetensors      the model's parameters (tied tensors stored once)
-  trainer.safetensors    optimizer moments and RNG states
-  state.json             step, run config, scheduler, data position, optimizer hyper-parameters,
-                         and the sha256 and size of both tensor files
-  config.json            the model's Hugging Face config, so that
+  model.safetensors      the model's parameters (tied tensors stored once)        one-process format
+  trainer.safetensors    optimizer moments and RNG states                          one-process format
+  .metadata, __*.distcp  torch.distributed.checkpoint files (model, optimizer, RNG) distributed format
+  state.json             format, step, run config, scheduler, data position, optimizer hyper-parameters
+                         (param_groups, with each group's parameter names), the size and sha256 of
+                         every tensor file
+  config.json            the model's Hugging Face config (one-process format), so that
                          `AutoModelForCausalLM.from_pretrained(<checkpoint dir>)` loads it (import attnres.hf)
-A checkpoint is built in a hidden temporary directory and renamed into place, so a process killed
-mid-save leaves the previous checkpoints as they were and no half-written one.
 
-Data-parallel runs write the same directories in torch.distributed.checkpoint's format instead of
-the two safetensors files (format DCP_FORMAT; see attnres.distributed.checkpoint). Reading,
-verification and `restore_model` accept both formats.
+A checkpoint is built in a hidden temporary directory and renamed into place (`publish`), so a
+process killed mid-save leaves the previous checkpoints as they were and no half-written one. The
+writers of the two tensor formats are `attnres.checkpoint.single` (one process) and
+`attnres.distributed.checkpoint` (a process group); `attnres.distributed.Checkpointer` picks one.
 """
 
 from __future__ import annotations
@@ -24,13 +25,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, load_model, save_file, save_model
-from torch import nn
-
 FORMAT = "attnres-checkpoint-1"
-DCP_FORMAT = "attnres-dcp-checkpoint-1"  # written by attnres.distributed.checkpoint
+DCP_FORMAT = "attnres-dcp-checkpoint-1"
 PREFIX = "step_"
 TMP_PREFIX = ".tmp-"
 
@@ -68,36 +64,6 @@ def checkpoint_dirs(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(PREFIX):]))
 
 
-def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    scheduler, run_config: dict, extra: dict, keep: int, hf_config: dict | None = None) -> Path:
-    """Write checkpoint `step` atomically under `root`, then delete all but the newest `keep`.
-
-    hf_config, when given, is written as config.json (see the module docstring)."""
-    final = checkpoint_path(root, step)
-    tmp = fresh_tmp_dir(root, f"{TMP_PREFIX}{final.name}-{os.getpid()}")
-    save_model(model, str(tmp / "model.safetensors"))
-    opt_state = optimizer.state_dict()
-    tensors = {f"optim.{pid}.{key}": value.detach().contiguous()
-               for pid, entry in opt_state["state"].items() for key, value in entry.items()
-               if isinstance(value, torch.Tensor)}
-    tensors["rng.torch"] = torch.get_rng_state()
-    if torch.cuda.is_available():
-        for i, rng in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng.cuda.{i}"] = rng
-    save_file(tensors, str(tmp / "trainer.safetensors"))
-    state = {
-        "format": FORMAT, "step": step, "run_config": run_config,
-        "scheduler": scheduler.state_dict(),
-        "optimizer": {"param_groups": opt_state["param_groups"],
-                      "scalars": {f"{pid}.{k}": v for pid, e in opt_state["state"].items()
-                                  for k, v in e.items() if not isinstance(v, torch.Tensor)}},
-        "extra": extra,
-        "files": {name: file_digest(tmp / name) for name in ("model.safetensors", "trainer.safetensors")},
-    }
-    publish(tmp, final, state, keep, hf_config)
-    return final
-
-
 def checkpoint_path(root: Path, step: int) -> Path:
     """Where checkpoint `step` lives under `root`: root/step_<8 digits>."""
     return root / f"{PREFIX}{step:08d}"
@@ -118,9 +84,9 @@ def publish(tmp: Path, final: Path, state: dict, keep: int, hf_config: dict | No
     """Finish a checkpoint built in `tmp`: write state.json (and config.json), flush everything to disk,
     rename `tmp` to `final` (replacing an older save of that step), keep the newest `keep`."""
     root = final.parent
-    _write_json(tmp / "state.json", state)
+    write_json(tmp / "state.json", state)
     if hf_config is not None:
-        _write_json(tmp / "config.json", hf_config)
+        write_json(tmp / "config.json", hf_config)
     for file in tmp.iterdir():  # data on disk before the rename makes it visible
         _fsync(file)
     _fsync(tmp)
@@ -171,47 +137,6 @@ def latest_checkpoint(root: Path, verify: bool = True) -> Checkpoint | None:
     return read_checkpoint(dirs[-1], verify) if dirs else None
 
 
-def restore_model(checkpoint: Checkpoint, model: nn.Module) -> None:
-    """Load the checkpoint's weights into `model` (strict: every name and shape must match).
-
-    `model` is a plain (not sharded) module; a data-parallel run's checkpoint is read whole."""
-    if checkpoint.is_dcp:
-        from attnres.distributed.checkpoint import load_model_state  # torch.distributed only when needed
-
-        load_model_state(checkpoint, model)
-        return
-    try:
-        missing, unexpected = load_model(model, str(checkpoint.path / "model.safetensors"), strict=False)
-    except (SafetensorError, RuntimeError) as error:
-        raise CheckpointError(f"checkpoint {checkpoint.path} does not fit this model: {error}") from None
-    if missing or unexpected:
-        raise CheckpointError(f"checkpoint {checkpoint.path} does not fit this model: missing {sorted(missing)}, "
-                              f"unexpected {sorted(unexpected)}")
-
-
-def restore_training(checkpoint: Checkpoint, optimizer: torch.optim.Optimizer, scheduler) -> None:
-    """Load optimizer moments, scheduler position and RNG states saved with the checkpoint."""
-    tensors = load_file(str(checkpoint.path / "trainer.safetensors"))
-    saved = checkpoint.state["optimizer"]
-    per_param: dict[int, dict] = {}
-    for key, value in tensors.items():
-        if key.startswith("optim."):
-            _, pid, name = key.split(".", 2)
-            per_param.setdefault(int(pid), {})[name] = value
-    for key, value in saved["scalars"].items():
-        pid, name = key.split(".", 1)
-        per_param.setdefault(int(pid), {})[name] = value
-    try:
-        optimizer.load_state_dict({"state": per_param, "param_groups": saved["param_groups"]})
-    except (ValueError, KeyError) as error:
-        raise CheckpointError(f"checkpoint {checkpoint.path}: optimizer state does not fit: {error}") from None
-    scheduler.load_state_dict(checkpoint.state["scheduler"])
-    torch.set_rng_state(tensors["rng.torch"])
-    cuda_states = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
-    if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(cuda_states)
-
-
 def file_digest(path: Path) -> dict:
     """{"bytes": size, "sha256": hex digest} of a file, as state.json records it."""
     digest = hashlib.sha256()
@@ -221,7 +146,15 @@ def file_digest(path: Path) -> dict:
     return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
-def _write_json(path: Path, value: dict) -> None:
+def parameter_names(model, optimizer) -> list[list[str]]:
+    """For each optimizer param group, the names (model.named_parameters()) of its parameters in order:
+    what lets a checkpoint's optimizer state, stored by position, be read back by name."""
+    names = {id(param): name for name, param in model.named_parameters()}
+    return [[names[id(param)] for param in group["params"]] for group in optimizer.param_groups]
+
+
+def write_json(path: Path, value: dict) -> None:
+    """JSON to `path`, flushed to disk (inside a checkpoint's temporary directory, published whole later)."""
     with open(path, "w") as handle:
         json.dump(value, handle, indent=1)
         handle.flush()

@@ -1,4 +1,6 @@
-"""summarize and write_report on a synthetic results dict with hand-computed answers."""
+"""summarize and write_report on a synthetic results dict with hand-computed answers.
+
+The interval itself (`ci95_halfwidth`) is tested in tests/analysis/test_intervals.py."""
 
 import copy
 import json
@@ -10,8 +12,8 @@ import torch
 
 from attnres import AttnResLM, ModelConfig
 from attnres.analysis import collect_depth_stats
-from attnres.compare import summarize, write_report
-from attnres.compare.report import ci95_halfwidth
+from attnres.report.compare_report import write_report
+from attnres.report.compare_summary import summarize
 
 ODD_NAME = "delta <block> (N=2)"  # must be escaped in HTML and Markdown
 
@@ -102,13 +104,6 @@ def test_curves_are_averaged_per_step_over_seeds():
     assert curve[1] == pytest.approx([10, 3.45, statistics.stdev([3.4, 3.5])])
     assert curve[3] == [30, 2.9, 0.0]  # one seed has step 30
     assert summary["standard"]["train_curve"][0] == pytest.approx([0, 4.2, statistics.stdev([4.1, 4.3])])
-
-
-def test_ci95_uses_student_t_and_needs_two_seeds():
-    assert ci95_halfwidth([1.0]) is None
-    # three seeds: mean 2, sample std 1, t_{0.975, 2} = 4.303
-    assert ci95_halfwidth([1.0, 2.0, 3.0]) == pytest.approx(4.303 / math.sqrt(3))
-    assert ci95_halfwidth([1.0] * 20 + [2.0]) == pytest.approx(1.96 * statistics.stdev([1.0] * 20 + [2.0]) / math.sqrt(21))
 
 
 def test_single_seed_has_zero_std():

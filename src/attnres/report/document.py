@@ -1,8 +1,9 @@
-"""Report documents: Markdown and HTML rendered from one list of blocks, strict JSON, atomic writes.
+"""Report documents: Markdown and HTML rendered from one list of blocks, and strict JSON.
 
 A document is a list of blocks: ("h1", text), ("h2", text), ("p", text), ("code", text),
-("table", header, rows, numeric), ("figure", path, alt, caption). Shared by the comparison report
-and `attnres analyze`.
+("table", header, rows, numeric), ("figure", path, alt, caption); numeric right-aligns every table
+column after the first. Shared by the comparison report and `attnres analyze`, so Markdown and
+HTML carry the same content. Files are written with `attnres.common.atomic.write_atomic`.
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 
@@ -26,6 +25,7 @@ def _md_cell(text: str) -> str:
 
 
 def render_markdown(blocks: list[tuple]) -> str:
+    """The document as Markdown (GitHub tables, figures as images with an italic caption)."""
     out = []
     for kind, *rest in blocks:
         if kind == "h1":
@@ -56,6 +56,7 @@ figure{margin:1.5em 0}img{max-width:100%;border:1px solid #eee}figcaption{color:
 
 
 def render_html(blocks: list[tuple]) -> str:
+    """The document as one self-contained HTML page (inline CSS; figures referenced by relative path)."""
     esc = html.escape
     title = next((rest[0] for kind, *rest in blocks if kind == "h1"), "attnres comparison")
     body = []
@@ -105,17 +106,3 @@ def dumps_json(obj, indent: int = 0) -> str:
     if isinstance(obj, list) and any(isinstance(v, dict) for v in obj):
         return "[\n" + ",\n".join(inner + dumps_json(v, indent + 1) for v in obj) + f"\n{pad}]"
     return json.dumps(obj, allow_nan=False, separators=(", ", ": "))
-
-
-def write_atomic(path: Path, text: str) -> Path:
-    """Write via a temp file in the same folder and os.replace, so readers never see a partial file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path

@@ -1,15 +1,16 @@
 """The `attnres analyze` report: figures/*.png, summary.md, index.html and analysis.json.
 
-Rendered with the comparison report's block renderer (`attnres.compare.report`), so Markdown and
-HTML carry the same content; every number they show is in analysis.json.
+Rendered with the block renderer of `attnres.report.document`, as the comparison report is, so
+Markdown and HTML carry the same content; every number they show is in analysis.json.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from attnres.analysis.analyze import slug
-from attnres.analysis.document import dumps_json, fmt, jsonable, render_html, render_markdown, write_atomic
+from attnres.common.atomic import write_atomic
+from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
+from attnres.report.names import slug, unique_name
 
 SUMMARY_HEADER = ["checkpoint", "variant", "step", "val loss", "perplexity", "max weight (all)",
                   "max weight (deepest third)", "mean entropy (nats)", "entropy / ln n", "effective sources",
@@ -37,7 +38,7 @@ def _router_name(r: int, count: int) -> str:
 def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dict[str, dict], list[str]]:
     """Draw every figure. Returns the shared figures [(rel path, alt, caption)], per-label figures
     {label: {"routing": (...), "cosines": (...)}} and notes on what was skipped."""
-    from attnres.analysis import analyze_plots, plots  # matplotlib only when a report is written
+    from attnres.report import analyze_plots, plots  # matplotlib is slow to import: only when a report is written
 
     fig_dir = out_dir / "figures"
     stats = {e["label"]: e["depth_stats"] for e in entries}
@@ -80,10 +81,7 @@ def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dic
     per_label: dict[str, dict] = {}
     used: set[str] = set()
     for e in routed:
-        name = slug(e["label"])
-        while name in used:
-            name += "-x"
-        used.add(name)
+        name = unique_name(slug(e["label"], fallback="checkpoint"), used)
         names = e["depth_stats"]["source_names"]
         rel = f"figures/routing_{name}.png"
         analyze_plots.plot_routing_heatmap_split(names, e["depth_stats"]["mean_weights"], out_dir / rel,

@@ -1,0 +1,1 @@
+"""Small helpers every layer shares: value checks, atomic file writes, autocast. Imports nothing of attnres."""

@@ -1,0 +1,38 @@
+"""Reading settings the way every command does: a YAML file holding a mapping, and `key=value` overrides
+whose value is parsed as YAML (1e-3, true, null, [12, 24])."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+
+def read_yaml_mapping(path: str | os.PathLike[str], what: str, expected: str = "a mapping",
+                      error: type[Exception] = ValueError) -> dict:
+    """The mapping YAML file `path` holds ({} for an empty file). Raises `error` naming `what` and the
+    path when the file is missing, is not YAML, or does not hold a mapping (described by `expected`)."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} {path} does not exist")
+    try:
+        values = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as problem:
+        raise error(f"{what} {path} is not valid YAML: {problem}") from None
+    if not isinstance(values, dict):
+        raise error(f"{what} {path} must hold {expected}, got {values!r}")
+    return values
+
+
+def parse_assignment(item: str, what: str, example: str, error: type[Exception] = ValueError) -> tuple[str, object]:
+    """'key=value' -> (key, value parsed as YAML; "" when empty). Raises `error` ("<what> 'item' must look
+    like <example>") for text without a key and "=", or a value that is not valid YAML."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise error(f"{what} {item!r} must look like {example}")
+    try:
+        return key, yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as problem:
+        raise error(f"{what} {item!r}: the value is not valid YAML: {problem}") from None

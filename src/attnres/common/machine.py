@@ -1,0 +1,45 @@
+"""What a measurement ran on: torch, the device and its name, threads, CPU bf16 support. Every report of
+times or losses records it, because CPU kernels (AVX2 / AVX-512, native or emulated bf16) change both."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+
+def cpu_has_native_bf16() -> bool | None:
+    """Whether the CPU advertises bf16 arithmetic (x86 avx512_bf16 / amx_bf16, Arm bf16); None if unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.lower().startswith(("flags", "features")):
+            flags.update(line.split(":", 1)[1].split())
+    if not flags:
+        return None
+    return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def machine_info(device: torch.device) -> dict:
+    """torch version, device and its name, torch threads, CPU count, Python, platform, CPU bf16 support,
+    and the CPU kernel family ATen dispatches to ("AVX512", "AVX2", ...; ATEN_CPU_CAPABILITY overrides it)."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = platform.processor() or platform.machine()
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+    return {"torch": torch.__version__, "device": str(device), "device_name": name,
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "platform": platform.platform(), "cpu_native_bf16": cpu_has_native_bf16(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability()}

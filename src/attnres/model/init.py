@@ -1,0 +1,20 @@
+"""The one initialisation of attnres models, used by AttnResLM and by the Hugging Face classes."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from attnres.norm import RMSNorm
+from attnres.routing import DepthMixer
+
+
+def init_module(module: nn.Module, std: float) -> None:
+    """Initialise `module`'s own parameters: linear and embedding weights N(0, std) and biases 0 (as
+    transformers initialises Qwen3/Llama), norm gains 1, depth mixers by their method's rule (METHOD §2:
+    zero queries, unit key gains, zero gates). Other modules are left alone."""
+    if isinstance(module, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(module.weight, mean=0.0, std=std)
+        if getattr(module, "bias", None) is not None:
+            nn.init.zeros_(module.bias)
+    elif isinstance(module, (RMSNorm, DepthMixer)):
+        module.reset_parameters()

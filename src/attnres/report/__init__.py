@@ -1,0 +1,15 @@
+"""The reporting layer: figures and Markdown/HTML/JSON documents built from `attnres.analysis` statistics.
+
+- `document`: the block renderer (Markdown and HTML from one list of blocks), `fmt`, strict JSON.
+- `names`: `slug`, the one way a label or variant name becomes a file or folder name.
+- `plots`, `analyze_plots`: one PNG per function (matplotlib, imported only by these two).
+- `analyze`, `analyze_report`: the `attnres analyze` command and the report it writes.
+- `compare_summary`, `compare_report`: statistics over seeds and the report of `attnres compare`.
+
+Only the light, dependency-free helpers are imported here; the rest from their modules.
+"""
+
+from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
+from attnres.report.names import slug, unique_name
+
+__all__ = ["dumps_json", "fmt", "jsonable", "render_html", "render_markdown", "slug", "unique_name"]

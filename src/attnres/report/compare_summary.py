@@ -1,0 +1,121 @@
+"""Statistics of a comparison over seeds: `summarize` turns `attnres compare` results into per-variant numbers.
+
+`results` is the training side's output (schema in `attnres.report.compare_report.write_report`);
+the interval statistics themselves are in `attnres.analysis.intervals`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+from attnres.analysis.intervals import ci95_halfwidth, mean, median_ratio, sample_std
+from attnres.analysis.sharpness import summarize_max_weights
+
+BASELINE = "standard"
+REQUIRED_VARIANT_KEYS = ("name", "residual", "runs")
+REQUIRED_RUN_KEYS = ("seed", "val_curve", "final_val_loss", "step_time_s", "peak_memory_bytes",
+                     "activation_bytes", "depth_stats")
+# summary key -> run key; each a median over seeds divided by standard's median.
+COST_RATIOS = {"step_time_ratio": "step_time_s", "peak_memory_ratio": "peak_memory_bytes",
+               "activation_ratio": "activation_bytes"}
+
+
+def _checked_variants(results: dict) -> list[dict]:
+    """The variant list, checked for the keys the report needs; ValueError naming what is missing."""
+    if not isinstance(results, dict) or not results.get("variants"):
+        raise ValueError("results must be a dict with a non-empty 'variants' list")
+    names = set()
+    for i, variant in enumerate(results["variants"]):
+        label = variant.get("name", f"#{i}") if isinstance(variant, dict) else f"#{i}"
+        for key in REQUIRED_VARIANT_KEYS:
+            if not isinstance(variant, dict) or key not in variant:
+                raise ValueError(f"variant {label!r} lacks required key {key!r}")
+        if variant["name"] in names:
+            raise ValueError(f"variant name {variant['name']!r} appears twice")
+        names.add(variant["name"])
+        if not variant["runs"]:
+            raise ValueError(f"variant {label!r} has no runs")
+        for j, run in enumerate(variant["runs"]):
+            for key in REQUIRED_RUN_KEYS:
+                if key not in run:
+                    raise ValueError(f"variant {label!r}, run {j} (seed {run.get('seed', '?')}) "
+                                     f"lacks required key {key!r}")
+            if not isinstance(run["final_val_loss"], numbers.Real):
+                raise ValueError(f"variant {label!r}, run {j}: final_val_loss must be a number, "
+                                 f"got {run['final_val_loss']!r}")
+    baselines = [v for v in results["variants"] if v["residual"] == BASELINE]
+    if len(baselines) != 1:
+        raise ValueError(f"results need exactly one variant with residual {BASELINE!r} as the baseline, "
+                         f"got residuals {[v['residual'] for v in results['variants']]}")
+    return results["variants"]
+
+
+def run_depth_stats(run: dict) -> dict | None:
+    """A run's depth statistics as a dict (`DepthStats.to_dict()`), whether stored as object or dict."""
+    stats = run["depth_stats"]
+    return stats.to_dict() if hasattr(stats, "to_dict") else stats
+
+
+def _exp(x: float) -> float:
+    return math.exp(x) if not x > 700 else math.inf  # a diverged run must not crash the report
+
+
+def _mean_by_position(rows: list[list]) -> list[float | None]:
+    """Elementwise mean over rows of possibly different lengths, skipping None; None where all are None."""
+    width = max((len(r) for r in rows), default=0)
+    columns = [[r[i] for r in rows if i < len(r) and r[i] is not None] for i in range(width)]
+    return [mean(c) for c in columns]
+
+
+def _average_curve(curves: list[list]) -> list[list[float]]:
+    """[[step, value], ...] per seed -> [[step, mean, std], ...] over the seeds that have each step."""
+    by_step: dict[float, list[float]] = {}
+    for curve in curves:
+        for point in curve:
+            if point[1] is not None:
+                by_step.setdefault(point[0], []).append(float(point[1]))
+    return [[step, mean(v), sample_std(v)] for step, v in sorted(by_step.items())]
+
+
+def _summarize_variant(variant: dict, baseline: dict) -> dict:
+    runs = variant["runs"]
+    losses = [float(r["final_val_loss"]) for r in runs]
+    ppl = [_exp(x) for x in losses]
+    stats = [s for s in map(run_depth_stats, runs) if s]
+    deep = [summarize_max_weights(s["max_weight"])["max_weight_deep"] for s in stats]
+    deep = [d for d in deep if d is not None]
+    out = {"residual": variant["residual"], "num_blocks": variant.get("num_blocks"),
+           "seeds": [r["seed"] for r in runs],
+           "val_loss_mean": mean(losses), "val_loss_std": sample_std(losses), "val_loss_ci95": ci95_halfwidth(losses),
+           "ppl_mean": mean(ppl), "ppl_std": sample_std(ppl), "ppl_ci95": ci95_halfwidth(ppl)}
+    for key, run_key in COST_RATIOS.items():
+        out[key] = median_ratio([r[run_key] for r in runs], [r[run_key] for r in baseline["runs"]])
+    out["max_weight_deep"] = mean(deep)
+    out["max_weight_by_depth"] = _mean_by_position([s["max_weight"] for s in stats])
+    out["hidden_rms_by_depth"] = _mean_by_position([s["hidden_rms"] for s in stats])
+    out["val_curve"] = _average_curve([r["val_curve"] for r in runs])
+    out["train_curve"] = _average_curve([r.get("train_curve") or [] for r in runs])
+    return out
+
+
+def summarize(results: dict) -> dict:
+    """Per variant name (input order): statistics over its seeds, relative to `standard`.
+
+    Each entry: val_loss_mean, val_loss_std (sample std, 0.0 for one seed), val_loss_ci95 (half-width
+    of the Student-t 95 % interval of the mean, `ci95_halfwidth`; None for one seed), ppl_mean,
+    ppl_std, ppl_ci95 (of exp(final_val_loss) per seed), delta_vs_standard (val_loss_mean minus
+    standard's), step_time_ratio, peak_memory_ratio, activation_ratio (median over seeds / standard's
+    median; None if a value is missing), max_weight_deep (mean over seeds of the mean max weight of
+    the deepest third of multi-source routers; None if none), max_weight_by_depth and
+    hidden_rms_by_depth (per router / per depth, mean over seeds), val_curve and train_curve
+    ([[step, mean, std], ...] over seeds), plus residual, num_blocks and seeds.
+    Raises ValueError if `standard` is missing or a run lacks a required key.
+    """
+    variants = _checked_variants(results)
+    baseline = next(v for v in variants if v["residual"] == BASELINE)
+    summary = {v["name"]: _summarize_variant(v, baseline) for v in variants}
+    base_loss = summary[baseline["name"]]["val_loss_mean"]
+    for entry in summary.values():
+        entry["delta_vs_standard"] = entry["val_loss_mean"] - base_loss
+    return summary

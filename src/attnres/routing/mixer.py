@@ -1,0 +1,48 @@
+"""The depth-mixing protocol: what a residual scheme needs of the module that mixes its sources.
+
+A residual scheme (attnres.residual) owns one mixer per routed sub-layer input, plus a final one
+where the variant has it. Each mixer turns the list of sources the scheme hands it into one tensor:
+
+    mixed, weights = mixer(sources, need_weights=True)
+    # sources: n tensors (B, T, D); mixed (B, T, D); weights (B, T, n) fp32, or None
+
+A new depth-mixing method subclasses `DepthMixer`, implements `forward` and `reset_parameters`, and
+declares what more it can use from the scheme with class attributes:
+
+- `static_query = True`: the mixer scores each source with a query that does not depend on the input
+  (METHOD §2), exposes it as `effective_query()` (D,), and its forward accepts `impl=` (a name from
+  `attnres.routing.IMPLS`), `inv=` (each source's inverse RMS (B, T), cached by the scheme) and
+  `prefix=` (a `RoutedPrefix`: phase-1 routing over its first sources, computed for a whole group of
+  mixers at once). The scheme then uses the fast and two-phase paths. Default False: the scheme
+  calls `mixer(sources, need_weights=...)` and nothing else.
+
+Mixers are built as `Mixer(hidden_size, eps, gated=False)`; `gated` asks for a zero-initialised
+scalar gate on the output (METHOD §4's exact conversion), which a mixer may refuse with a ValueError.
+Every parameter of a mixer is a routing parameter: the optimizer gives them their own group and
+conversion from a standard checkpoint leaves them at `reset_parameters()`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+class DepthMixer(nn.Module):
+    """Base class of depth-mixing modules; see the module docstring for the contract."""
+
+    static_query: ClassVar[bool] = False
+
+    def forward(self, sources: Sequence[torch.Tensor], need_weights: bool = True,
+                **fast) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """sources: n tensors (B, T, D) -> (mixed (B, T, D), weights (B, T, n) fp32 or None)."""
+        raise NotImplementedError
+
+    def reset_parameters(self) -> None:
+        """The initialisation the method prescribes (for routers: zero queries, METHOD §2)."""
+
+    def draw_queries(self, std: float) -> None:
+        """Re-draw any static query from N(0, std): the `query_init: normal` ablation. No-op without one."""

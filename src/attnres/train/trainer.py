@@ -1,0 +1,244 @@
+"""The trainer: set up a run (resume, data, model, wrapping), then optimizer steps with evaluation,
+routing diagnostics and checkpoints at their intervals.
+
+    result = Trainer(run, resume=False, device="cpu").fit()     # or train(run, ...)
+
+Inside an initialised process group (torchrun; see attnres.distributed) every rank runs the same
+trainer: train.parallel picks DDP or FSDP2 (each rank trains on its rows of every global batch) or
+a pipeline (each rank runs its stages on whole batches; docs/pipeline.md); rank 0 alone writes
+logs and metrics. The parallel wrapper and the Checkpointer answer every question that depends on
+the parallel mode, so nothing below branches on it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import yaml
+from tqdm.auto import tqdm
+
+from attnres.checkpoint import Checkpoint, CheckpointError, checkpoint_dirs
+from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data
+from attnres.distributed.checkpointer import Checkpointer
+from attnres.distributed.env import Silent, all_reduce_mean, current_env, is_main, main_first
+from attnres.distributed.pipeline_layout import PipelineConfigError
+from attnres.distributed.wrap import wrap_model
+from attnres.distributed.wrapper import ParallelModel
+from attnres.model import AttnResLM
+from attnres.train.config import pipeline_setting_error, resolve_parallel
+from attnres.train.diagnostics import routing_diagnostics
+from attnres.train.evaluate import evaluate
+from attnres.train.init import build_model, draw_normal_queries, load_initial_weights
+from attnres.train.metrics import MetricsLogger
+from attnres.train.optim import build_optimizer
+from attnres.train.run_config import RunConfig, RunConfigError
+from attnres.train.schedule import build_scheduler
+
+
+class TrainingError(RuntimeError):
+    """Training stopped: a non-finite loss or gradient, or a run directory in an unexpected state."""
+
+
+@dataclass
+class TrainResult:
+    """What a finished run leaves: its directory, model, data, final validation loss, step times."""
+
+    run_dir: Path
+    model: AttnResLM
+    data: PreparedData
+    final_val_loss: float
+    step_times: list[float]
+
+
+def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print) -> TrainResult:
+    """Train `run` from scratch (an empty run directory) or, with `resume`, from its latest checkpoint.
+
+    Writes into run.out_dir: metrics.jsonl, tensorboard/, tokenizer/, checkpoints/step_N/, config.yaml.
+    Raises TrainingError on a non-finite loss (nothing is saved for that step; the last good
+    checkpoint stays) and CheckpointError for a corrupt or mismatched checkpoint. Resuming reads
+    either checkpoint format at any world size and parallel kind.
+    """
+    return Trainer(run, resume=resume, device=device, log=log).fit()
+
+
+class Trainer:
+    """One training run. Construction sets it up; `fit()` trains to run.train.steps."""
+
+    def __init__(self, run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print) -> None:
+        self.run, self.cfg, self.device = run, run.train, torch.device(device)
+        self.env = current_env(self.device)
+        self.mode = resolve_parallel(self.cfg, self.env)
+        self.main = is_main()
+        self.log = log if self.main else _quiet
+        self.run_dir = Path(run.out_dir)
+        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", self.cfg.keep_checkpoints, self.mode)
+        self.step, self.val_loss, self.step_times = 0, math.nan, []
+        self._set_up(self._checkpoint_to_resume() if resume else self._check_fresh())
+
+    # ------------------------------------------------------------------ set up
+
+    def _set_up(self, checkpoint: Checkpoint | None) -> None:
+        if self.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.run.to_dict(), sort_keys=False))
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        # Rank 0 fills the token cache and writes the tokenizer; the other ranks then read the cache.
+        self.data = main_first(lambda: prepare_data(self.run.data, run_dir=self.run_dir if self.main else None))
+        self.model = self._starting_model(checkpoint)
+        self.parallel = self._wrap()
+        self.optimizer = build_optimizer(self.model, self.cfg, only=self.parallel.trained_parameter_names())
+        self.scheduler = build_scheduler(self.optimizer, self.cfg)
+        self.loader = TokenBatches(self.data.train_tokens, self.cfg.seq_len, self.cfg.batch_size, self.cfg.seed)
+        # Validation: each rank its rows of every batch, losses averaged; diagnostics: whole batches.
+        self.full_val = [b.to(self.device) for b in eval_batches(self.data.val_tokens, self.cfg.seq_len,
+                                                                 self.cfg.batch_size, self.cfg.eval_batches)]
+        self.val_batches = [self.parallel.local_rows(b) for b in self.full_val]
+        if checkpoint is not None:
+            self.checkpointer.restore_training(checkpoint, self.model, self.optimizer, self.scheduler)
+            self.loader.load_state_dict(checkpoint.state["extra"]["data"])
+            self.step = checkpoint.step
+            self.log(f"resumed from {checkpoint.path} at step {self.step}")
+        self.last_saved = checkpoint.path if checkpoint is not None else None
+        self.metrics = (MetricsLogger(self.run_dir, self.cfg.tensorboard,
+                                      resume_step=self.step if checkpoint is not None else None)
+                        if self.main else Silent())
+
+    def _check_fresh(self) -> None:
+        if checkpoint_dirs(self.checkpointer.root):
+            raise TrainingError(f"{self.run_dir} already holds checkpoints; pass --resume to continue that run or "
+                                f"choose another out_dir")
+
+    def _checkpoint_to_resume(self) -> Checkpoint:
+        checkpoint = self.checkpointer.latest()
+        if checkpoint is None:
+            raise CheckpointError(f"nothing to resume: no checkpoint under {self.checkpointer.root}")
+        check_compatible(checkpoint.run_config, self.run)
+        return checkpoint
+
+    def _starting_model(self, checkpoint: Checkpoint | None) -> AttnResLM:
+        """The whole model, on every rank: the run's seed, then a checkpoint's weights (any format, any
+        world size) or, for a new run, init_from's weights and the query initialisation."""
+        model = build_model(self.run, self.data.tokenizer.vocab_size, self.device)
+        if self.data.tokenizer.vocab_size > model.config.vocab_size:
+            raise RunConfigError(f"the tokenizer has {self.data.tokenizer.vocab_size} tokens but the model only "
+                                 f"{model.config.vocab_size}; use the model's own tokenizer (data.tokenizer)")
+        if checkpoint is not None:
+            self.checkpointer.restore_model(checkpoint, model)
+            return model
+        if self.run.init_from is not None:
+            load_initial_weights(model, self.run.init_from)
+        if self.cfg.query_init == "normal":
+            draw_normal_queries(model)
+        return model
+
+    def _wrap(self) -> ParallelModel:
+        cfg = self.cfg
+        pipeline = None
+        if self.mode == "pipeline":
+            pipeline = cfg.pipeline.with_shapes(cfg.batch_size // cfg.pipeline.num_microbatches, cfg.seq_len)
+        try:  # a pipeline split is checked against the model and the world size here
+            return wrap_model(self.model, self.mode, self.env, cfg.step_settings(), pipeline)
+        except PipelineConfigError as error:
+            raise pipeline_setting_error(error) from None
+
+    # ------------------------------------------------------------------ training
+
+    def fit(self) -> TrainResult:
+        """Train from the current step to run.train.steps; returns the run's result (the whole model,
+        current on every rank, and the last validation loss)."""
+        progress = tqdm(total=self.cfg.steps, initial=self.step, disable=not (self.cfg.progress and self.main),
+                        unit="step", dynamic_ncols=True, desc="train")
+        try:
+            self.model.train()
+            while self.step < self.cfg.steps:
+                record = self.optimizer_step()
+                self._at_intervals(record)
+                progress.update(1)
+                progress.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+        finally:
+            progress.close()
+            self.metrics.close()
+        self.parallel.sync_parameters()  # the returned model is whole and current on every rank
+        if math.isnan(self.val_loss):  # resumed at the last step: nothing was trained, evaluate anyway
+            self.val_loss = self.evaluate()
+        return TrainResult(self.run_dir, self.model, self.data, self.val_loss, self.step_times)
+
+    def optimizer_step(self) -> dict:
+        """One optimizer step (forward and backward through the wrapper, clipping, AdamW, schedule);
+        returns its metrics record. Raises TrainingError before the update on a non-finite loss or norm."""
+        start = time.perf_counter()
+        loss = self.parallel.train_step(self.loader.next_batch)
+        grad_norm = self.parallel.clip_grad_norm(self.cfg.grad_clip)  # the global norm
+        if not math.isfinite(loss) or not math.isfinite(grad_norm):
+            what, value = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", grad_norm)
+            raise TrainingError(f"{what} is {value} at step {self.step + 1}; training stopped before the update. "
+                                f"Last good checkpoint: {self.last_saved or 'none was written'}")
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        elapsed = time.perf_counter() - start
+        self.step_times.append(elapsed)
+        tokens = self.cfg.tokens_per_step
+        return {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed,
+                "tokens_per_s": tokens / elapsed, "tokens": self.step * tokens, **self.parallel.step_metrics()}
+
+    def _at_intervals(self, record: dict) -> None:
+        """Evaluate, diagnose, log and save where this step is due for them."""
+        cfg, step, last = self.cfg, self.step, self.step == self.cfg.steps
+        evaluating = step % cfg.eval_every == 0 or last
+        diagnosing = cfg.diagnostics_every is not None and (step % cfg.diagnostics_every == 0 or last)
+        saving = step % cfg.checkpoint_every == 0 or last
+        if evaluating or diagnosing or saving:
+            self.parallel.sync_parameters()  # pipeline: every rank's whole model current (else a no-op)
+        if evaluating:
+            self.val_loss = self.evaluate()
+            record.update(val_loss=self.val_loss, val_ppl=math.exp(min(self.val_loss, 50.0)))
+        if diagnosing:
+            record.update(self.diagnose())
+        if step % cfg.log_every == 0 or step == 1 or evaluating or diagnosing:
+            self.metrics.log(record)
+        if saving:
+            self.save()
+
+    def evaluate(self) -> float:
+        """Mean validation loss over every rank's rows of the fixed held-out batches."""
+        return all_reduce_mean(evaluate(self.model, self.val_batches, self.cfg.precision))
+
+    def diagnose(self) -> dict:
+        """Routing diagnostics (attnres.train.diagnostics) on the first diagnostics_batches held-out batches."""
+        with self.parallel.inference_context():
+            return routing_diagnostics(self.model, self.full_val[:self.cfg.diagnostics_batches])
+
+    def save(self) -> Path:
+        """A checkpoint of the current step (a collective in a process group)."""
+        self.last_saved = self.checkpointer.save(self.step, self.model, self.optimizer, self.scheduler,
+                                                 self.run.to_dict(), {"data": self.loader.state_dict()},
+                                                 hf_config=self.model.config.to_hf_dict())
+        return self.last_saved
+
+
+def check_compatible(saved: dict, run: RunConfig) -> None:
+    """Refuse to resume when the model, data or the settings that fix the batch order differ."""
+    current = run.to_dict()
+    differences = []
+    for section in ("model", "data"):
+        for key in sorted(set(saved.get(section, {})) | set(current[section])):
+            if saved.get(section, {}).get(key) != current[section].get(key):
+                differences.append(f"{section}.{key}: checkpoint {saved.get(section, {}).get(key)!r}, "
+                                   f"config {current[section].get(key)!r}")
+    for key in ("seq_len", "batch_size", "grad_accum", "seed"):
+        if saved.get("train", {}).get(key) != current["train"][key]:
+            differences.append(f"train.{key}: checkpoint {saved.get('train', {}).get(key)!r}, "
+                               f"config {current['train'][key]!r}")
+    if differences:
+        raise CheckpointError("the checkpoint does not match this config: " + "; ".join(differences))
+
+
+def _quiet(*args, **kwargs) -> None:
+    """`log` on ranks other than 0."""

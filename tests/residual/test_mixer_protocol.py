@@ -1,0 +1,108 @@
+"""A depth-mixing method added through the mixer protocol alone: a mixer class and a variant-table row.
+
+The toy method averages the sources with fixed, equal weights (no parameters, no softmax). Nothing
+in attnres knows it: the test registers it, and configs, the model, training and analysis pick it
+up from the variant table.
+"""
+
+import math
+
+import pytest
+import torch
+
+from attnres import AttnResLM, ConfigError, ModelConfig
+from attnres.analysis import collect_depth_stats
+from attnres.residual import VARIANTS, Variant, register_variant, unregister_variant
+from attnres.routing import DepthMixer
+
+
+class UniformAverage(DepthMixer):
+    """sum_i V_i / n with weights 1/n: the method a router reduces to at zero queries, frozen."""
+
+    def __init__(self, hidden_size: int, eps: float, gated: bool = False) -> None:
+        super().__init__()
+        if gated:
+            raise ValueError("UniformAverage has no gate")
+
+    def forward(self, sources, need_weights=True):
+        mixed = sum(sources) / len(sources)
+        weights = torch.full((*sources[0].shape[:-1], len(sources)), 1.0 / len(sources)) if need_weights else None
+        return mixed, weights
+
+
+@pytest.fixture
+def uniform_variants():
+    added = [register_variant(Variant("uniform_average", "replace", "sublayers", "d", mixer=UniformAverage)),
+             register_variant(Variant("uniform_block", "add", "blocks", "D", mixer=UniformAverage))]
+    yield added
+    for variant in added:
+        unregister_variant(variant.name)
+    assert "uniform_average" not in VARIANTS
+
+
+def config(residual, num_blocks=None):
+    return ModelConfig(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
+                       intermediate_size=64, residual=residual, num_blocks=num_blocks)
+
+
+@pytest.mark.parametrize("residual, num_blocks", [("uniform_average", None), ("uniform_block", 3)])
+@pytest.mark.parametrize("impl", ["reference", "lean"])
+def test_a_registered_mixer_trains(uniform_variants, residual, num_blocks, impl):
+    torch.manual_seed(0)
+    model = AttnResLM(ModelConfig(**{**config(residual, num_blocks).to_dict(), "routing_impl": impl}))
+    assert all(isinstance(m, UniformAverage) for m in model.routers)
+    assert model.routing_parameters() == []  # no parameters of its own
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    batch = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(12):
+        loss = model(batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0] - 0.5
+    stats = collect_depth_stats(model, [batch])  # analysis reads it through the same protocol
+    assert stats.source_names == model.residual.source_names()
+    for names, weights in zip(stats.source_names, stats.mean_weights):
+        assert weights == pytest.approx([1 / len(names)] * len(names))
+
+
+def test_uniform_average_computes_the_mean_of_the_right_sources(uniform_variants):
+    torch.manual_seed(0)
+    model = AttnResLM(config("uniform_average")).eval()
+    ids = torch.randint(0, 64, (2, 5))
+    seen = []
+    for r, mixer in enumerate(model.routers):
+        mixer.register_forward_hook(lambda m, args, out, r=r: seen.append((r, len(args[0]), out[0])))
+    model(ids)
+    # Full AttnRes's sources: router s sees the embedding and s outputs; the final router all 2L + 1.
+    assert [(r, n) for r, n, _ in seen] == [(s, s + 1) for s in range(7)]
+
+
+def test_config_validation_follows_the_table(uniform_variants):
+    with pytest.raises(ConfigError, match=r"num_blocks is required for residual='uniform_block'"):
+        config("uniform_block")
+    with pytest.raises(ConfigError, match=r"residual must be one of \[.*'uniform_average', 'uniform_block'\]"):
+        config("uniform")
+    with pytest.raises(ConfigError, match=r"exact_conversion applies only to residual='delta_block'"):
+        ModelConfig(**{**config("uniform_block", 3).to_dict(), "exact_conversion": "gate"})
+
+
+def test_a_mixer_refuses_what_it_cannot_do():
+    gated = register_variant(Variant("uniform_gated", "add", "blocks", "D", mixer=UniformAverage,
+                                     exact_conversions=("gate",)))
+    try:
+        with pytest.raises(ValueError, match="UniformAverage has no gate"):
+            AttnResLM(ModelConfig(**{**config("uniform_gated", 3).to_dict(), "exact_conversion": "gate"}))
+    finally:
+        unregister_variant(gated.name)
+
+
+def test_registering_twice_and_bad_rows_are_refused(uniform_variants):
+    with pytest.raises(ValueError, match="already registered"):
+        register_variant(Variant("uniform_average", "replace", "sublayers", mixer=UniformAverage))
+    with pytest.raises(ValueError, match=r"Variant.mode must be one of \['none', 'replace', 'add'\]"):
+        Variant("bad", "mix", "sublayers")
+    with pytest.raises(ValueError, match="sources are needed exactly when mode is not 'none'"):
+        Variant("bad", "add")
