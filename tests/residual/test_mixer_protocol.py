@@ -106,3 +106,28 @@ def test_registering_twice_and_bad_rows_are_refused(uniform_variants):
         Variant("bad", "mix", "sublayers")
     with pytest.raises(ValueError, match="sources are needed exactly when mode is not 'none'"):
         Variant("bad", "add")
+
+
+def test_the_rest_of_attnres_reads_the_registered_variant(uniform_variants, tmp_path):
+    """Hugging Face save/load/generate, the benchmark's options and the pipeline layout take the new
+    variant from the table, with no change of their own."""
+    pytest.importorskip("transformers")
+    from transformers import AutoModelForCausalLM
+
+    import attnres.hf  # noqa: F401  (registers the Auto classes)
+    from attnres.bench.config import resolve_config
+    from attnres.distributed.pipeline_layout import PipelineConfig, build_layout
+    from attnres.hf import AttnResConfig, AttnResForCausalLM
+
+    torch.manual_seed(0)
+    hf = AttnResForCausalLM(AttnResConfig.from_model_config(config("uniform_block", 3))).eval()
+    hf.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    prompt = torch.randint(0, 64, (1, 4))
+    assert torch.equal(loaded.generate(prompt, max_new_tokens=3, do_sample=False),
+                       hf.generate(prompt, max_new_tokens=3, do_sample=False))
+    assert resolve_config(quick=True, variants="uniform_block").variants == ("uniform_block",)
+    layout = build_layout(config("uniform_block", 3), PipelineConfig(num_microbatches=2, microbatch_size=1, seq_len=8),
+                          num_ranks=3)
+    # blocks of 2 sub-layers: stage boundaries at layers 1 and 2 carry the stream and 2, 3 completed sources
+    assert [(e.has_stream, e.num_sources, e.has_partial) for e in layout.edges] == [(True, 2, False), (True, 3, False)]

@@ -15,7 +15,7 @@ from attnres.bench.config import BASELINE, BenchConfig
 from attnres.bench.timing import Task, ratio, run_interleaved
 from attnres.common.precision import autocast
 from attnres.model import AttnResLM, KVCache, ModelConfig, valid_num_blocks
-from attnres.model.config import BLOCK_RESIDUALS
+from attnres.residual import VARIANTS
 from attnres.train.memory import measure_step_memory
 
 
@@ -34,7 +34,7 @@ def model_shape(hidden_size: int) -> dict:
 def build_model_config(config: BenchConfig, residual: str, hidden_size: int, num_layers: int,
                        max_seq_len: int) -> ModelConfig:
     """The ModelConfig of one benchmarked model (num_blocks only for block variants)."""
-    num_blocks = nearest_num_blocks(num_layers, config.num_blocks) if residual in BLOCK_RESIDUALS else None
+    num_blocks = nearest_num_blocks(num_layers, config.num_blocks) if VARIANTS[residual].uses_blocks else None
     return ModelConfig(vocab_size=config.vocab_size, hidden_size=hidden_size, num_layers=num_layers,
                        residual=residual, num_blocks=num_blocks, max_seq_len=max_seq_len,
                        routing_impl=config.routing_impl, **model_shape(hidden_size))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from attnres.bench.config import BASELINE
+from attnres.common.atomic import write_atomic
 
 
 def write_report(results: dict, out_dir: str | Path) -> tuple[Path, Path]:
@@ -13,9 +14,19 @@ def write_report(results: dict, out_dir: str | Path) -> tuple[Path, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / "bench.json", out / "bench.md"
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
-    md_path.write_text(format_markdown(results))
+    write_atomic(json_path, json.dumps(results, indent=2) + "\n")
+    write_atomic(md_path, format_markdown(results))
     return json_path, md_path
+
+
+def _cpu_kernels(machine: dict) -> str:
+    """", ATen CPU kernels AVX512, native bf16: yes" where the machine record has them (older ones do not)."""
+    parts = []
+    if machine.get("cpu_capability"):
+        parts.append(f"ATen CPU kernels {machine['cpu_capability']}")
+    if machine.get("cpu_native_bf16") is not None:
+        parts.append(f"native bf16: {'yes' if machine['cpu_native_bf16'] else 'no'}")
+    return "".join(f", {part}" for part in parts)
 
 
 def _ms(seconds: float | None) -> str:
@@ -45,7 +56,7 @@ def format_markdown(results: dict) -> str:
              f"Command: `{results['command']}`", "",
              f"Machine: torch {machine['torch']}, device {machine['device']} ({machine['device_name']}), "
              f"{machine['threads']} torch threads, {machine['cpu_count']} CPUs, Python {machine['python']}, "
-             f"{machine['platform']}.", "",
+             f"{machine['platform']}{_cpu_kernels(machine)}.", "",
              f"Settings: {config['precision']} precision, routing_impl={config['routing_impl']} "
              f"({results.get('resolved_routing_impl')}), "
              f"median of {config['repeats']} interleaved repeats after {config['warmup']} warm-up "

@@ -25,6 +25,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnres.common import atomic
+
 FORMAT = "attnres-checkpoint-1"
 DCP_FORMAT = "attnres-dcp-checkpoint-1"
 PREFIX = "step_"
@@ -92,7 +94,7 @@ def publish(tmp: Path, final: Path, state: dict, keep: int, hf_config: dict | No
     _fsync(tmp)
     if final.exists():  # re-saving a step (e.g. after a resume): replace it whole
         shutil.rmtree(final)
-    os.replace(tmp, final)
+    atomic.publish(tmp, final)
     _fsync(root)
     for old in checkpoint_dirs(root)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)

@@ -1,6 +1,6 @@
 """ParallelModel: what a training loop needs of a model set up on one rank, whatever the parallelism.
 
-    parallel = wrap_model(model, mode, env, StepSettings(...), pipeline=...)   # attnres.distributed.wrap
+    parallel = wrap_model(model, mode, env, StepSettings(...), PipelineSettings(...))   # .wrap
     loss = parallel.train_step(next_batch)     # forward + backward of one optimizer step; gradients synced
     norm = parallel.clip_grad_norm(1.0)        # the global norm
     parallel.sync_parameters()                 # before evaluating or saving: the whole model current here
@@ -26,16 +26,20 @@ PARALLEL_MODES = ("none", "ddp", "fsdp", "pipeline")  # what wrap_model takes; r
 
 @dataclass(frozen=True, kw_only=True)
 class StepSettings:
-    """How one optimizer step runs on a rank: precision ("bf16" autocast or "fp32"), grad_accum
-    micro-steps per optimizer step, and whether the forward is torch.compile'd."""
+    """How one optimizer step runs: precision ("bf16" autocast or "fp32"), grad_accum micro-steps per
+    optimizer step, whether the forward is torch.compile'd, and the global batch of one micro-step
+    (batch_size rows of seq_len tokens, split over the ranks or into pipeline micro-batches)."""
 
     precision: str = "bf16"
     grad_accum: int = 1
     compile: bool = False
+    batch_size: int = 1
+    seq_len: int = 1
 
     def __post_init__(self) -> None:
         check_choice(self.precision, "StepSettings.precision", PRECISIONS)
-        check_int(self.grad_accum, "StepSettings.grad_accum")
+        for name in ("grad_accum", "batch_size", "seq_len"):
+            check_int(getattr(self, name), f"StepSettings.{name}")
         check_bool(self.compile, "StepSettings.compile")
 
 

@@ -33,10 +33,11 @@ class ConfigError(ValueError):
 class ModelConfig:
     """Shape of a Qwen3-architecture decoder and the residual scheme that connects its sub-layers.
 
-    `residual` is a name of the variant table (`attnres.residual.VARIANTS`). `num_blocks` (block variants only) counts blocks of
-    sub-layers (a transformer layer has two). `exact_conversion` (delta_block only) makes the
-    zero-query model reproduce a standard model: "gate" adds a zero-initialised scalar gate per
-    router, "partial" adds the current block's partial sum as a source (METHOD §4).
+    `residual` is a name of the variant table (`attnres.residual.VARIANTS`). `num_blocks` (block
+    variants only) counts blocks of sub-layers (a transformer layer has two). `exact_conversion`
+    (delta_block only) makes the zero-query model reproduce a standard model: "gate" adds a
+    zero-initialised scalar gate per router, "partial" adds the current block's partial sum as a
+    source (METHOD §4).
     `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
     keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
     `routing_impl` (one of `attnres.routing.IMPLS`) picks how routers compute, never what they compute.

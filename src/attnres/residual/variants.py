@@ -111,7 +111,8 @@ def check_residual(residual: str, num_layers: int, num_blocks: int | None = None
         if num_blocks not in valid:
             size = math.ceil(num_sublayers / num_blocks)
             raise error(f"{prefix}num_blocks={num_blocks} gives blocks of {size} sub-layers and only "
-                        f"{math.ceil(num_sublayers / size)} blocks for {num_sublayers} sub-layers; allowed values: {valid}")
+                        f"{math.ceil(num_sublayers / size)} blocks for {num_sublayers} sub-layers; "
+                        f"allowed values: {valid}")
     elif num_blocks is not None:
         raise error(f"{prefix}num_blocks applies only to residual in {block_variants()}; leave it None for "
                     f"residual={residual!r} (got {num_blocks!r})")

@@ -133,8 +133,9 @@ class TrainConfig:
         return self.batch_size * self.grad_accum * self.seq_len
 
     def step_settings(self) -> StepSettings:
-        """How one optimizer step runs on a rank (attnres.distributed's settings)."""
-        return StepSettings(precision=self.precision, grad_accum=self.grad_accum, compile=self.compile)
+        """How one optimizer step runs (attnres.distributed's settings)."""
+        return StepSettings(precision=self.precision, grad_accum=self.grad_accum, compile=self.compile,
+                            batch_size=self.batch_size, seq_len=self.seq_len)
 
 
 def resolve_parallel(cfg: TrainConfig, env: DistributedEnv | None) -> str:

@@ -6,6 +6,8 @@ import json
 import math
 from pathlib import Path
 
+from attnres.common.atomic import write_atomic
+
 
 class MetricsLogger:
     """Append records like {"step": 10, "loss": 3.2, ...} to `<run>/metrics.jsonl` and TensorBoard.
@@ -20,7 +22,7 @@ class MetricsLogger:
             self.path.write_text("")
         else:
             kept = [line for line in _read_lines(self.path) if json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+            write_atomic(self.path, "".join(line + "\n" for line in kept))  # never a half-written history
         self._writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # imported lazily: slow to import

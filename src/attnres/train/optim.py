@@ -11,7 +11,8 @@ from attnres.model import AttnResLM
 from attnres.train.config import TrainConfig
 
 
-def parameter_groups(model: AttnResLM, only: Collection[str] | None = None) -> dict[str, list[tuple[str, nn.Parameter]]]:
+def parameter_groups(model: AttnResLM,
+                     only: Collection[str] | None = None) -> dict[str, list[tuple[str, nn.Parameter]]]:
     """Split parameters into "decay" (linear weights), "no_decay" (norm gains, embeddings, tied
     head) and "routing" (router queries, key gains, gates). Shared (tied) tensors appear once.
 

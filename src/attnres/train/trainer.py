@@ -22,6 +22,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from attnres.checkpoint import Checkpoint, CheckpointError, checkpoint_dirs
+from attnres.common.atomic import write_atomic
 from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
 from attnres.distributed.env import Silent, all_reduce_mean, current_env, is_main, main_first
@@ -84,7 +85,7 @@ class Trainer:
     def _set_up(self, checkpoint: Checkpoint | None) -> None:
         if self.main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self.run.to_dict(), sort_keys=False))
+            write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(self.run.to_dict(), sort_keys=False))
         torch.use_deterministic_algorithms(True, warn_only=True)
         # Rank 0 fills the token cache and writes the tokenizer; the other ranks then read the cache.
         self.data = main_first(lambda: prepare_data(self.run.data, run_dir=self.run_dir if self.main else None))
@@ -136,12 +137,8 @@ class Trainer:
         return model
 
     def _wrap(self) -> ParallelModel:
-        cfg = self.cfg
-        pipeline = None
-        if self.mode == "pipeline":
-            pipeline = cfg.pipeline.with_shapes(cfg.batch_size // cfg.pipeline.num_microbatches, cfg.seq_len)
         try:  # a pipeline split is checked against the model and the world size here
-            return wrap_model(self.model, self.mode, self.env, cfg.step_settings(), pipeline)
+            return wrap_model(self.model, self.mode, self.env, self.cfg.step_settings(), self.cfg.pipeline)
         except PipelineConfigError as error:
             raise pipeline_setting_error(error) from None
 
