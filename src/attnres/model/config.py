@@ -5,24 +5,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number
-from attnres.residual import VARIANTS, block_variants, check_residual, valid_num_blocks
+from attnres.residual import VARIANTS, check_residual, valid_num_blocks
 from attnres.routing import IMPLS
+
+# The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
+# holds any registered later.
+RESIDUALS = tuple(VARIANTS)
 
 # ModelConfig field -> the name transformers' configs and generation utilities use.
 HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
             "num_kv_heads": "num_key_value_heads", "tie_embeddings": "tie_word_embeddings",
             "rope_theta": "attnres_rope_theta", "norm_eps": "rms_norm_eps",
             "max_seq_len": "max_position_embeddings", "init_std": "initializer_range"}
-
-
-def __getattr__(name: str):
-    # The residual names live in the variant table (attnres.residual); these views follow it, so a
-    # variant registered later is listed too.
-    if name == "RESIDUALS":
-        return tuple(VARIANTS)
-    if name == "BLOCK_RESIDUALS":
-        return tuple(block_variants())
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ConfigError(ValueError):
