@@ -11,11 +11,10 @@ from __future__ import annotations
 import typing
 from collections.abc import Sequence
 from dataclasses import Field, asdict, dataclass, field, fields
-from importlib import resources
 from pathlib import Path
 
 from attnres.common.checks import check_bool, check_choice, check_int
-from attnres.common.config_files import parse_assignment, read_yaml_mapping
+from attnres.common.config_files import bundled_config_dir, bundled_presets, parse_assignment, read_yaml_mapping
 from attnres.common.precision import PRECISIONS
 from attnres.model.config import RESIDUALS
 from attnres.residual import VARIANTS as residual_variants
@@ -23,13 +22,13 @@ from attnres.routing import IMPLS
 
 BASELINE = "standard"
 VARIANTS = tuple(r for r in RESIDUALS if r != BASELINE)  # the default: every built-in variant against the baseline
+MIN_REPEATS = 5  # the issue asks for the median of at least 5 repeats
+DEFAULT_PRESET = "cpu"
 
 
 def compared_variants() -> list[str]:
     """Every variant of the table now (registered ones included) except the baseline."""
     return [name for name in residual_variants if name != BASELINE]
-MIN_REPEATS = 5  # the issue asks for the median of at least 5 repeats
-DEFAULT_PRESET = "cpu"
 
 
 def setting(default, help: str, flag: str | None = None, metavar: str | None = None):
@@ -159,12 +158,12 @@ def _help_text(spec: Field) -> str:
 
 def preset_dir() -> Path:
     """Where the bundled presets live (`configs/bench/` in the repository)."""
-    return Path(str(resources.files("attnres") / "configs" / "bench"))
+    return bundled_config_dir("bench")
 
 
 def available_presets() -> list[str]:
-    """Names of the bundled presets (overlays such as --quick's are not presets)."""
-    return sorted(p.stem for p in preset_dir().glob("*.yaml"))
+    """Names of the bundled presets (overlays such as --quick's, in a sub-folder, are not presets)."""
+    return bundled_presets("bench")
 
 
 def is_preset_path(preset: str) -> bool:

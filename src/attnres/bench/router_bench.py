@@ -20,12 +20,6 @@ from attnres.routing import Router, resolve_impl
 EPS = 1e-6
 
 
-def resolved_impl(routing_impl: str, device: torch.device) -> str:
-    """What `routing_impl` means on `device` ("auto" -> "lean" or "triton", `resolve_impl`).
-    ValueError for an unusable impl."""
-    return resolve_impl(routing_impl, device)
-
-
 def default_route_fn(routing_impl: str = "auto") -> Callable:
     """The routing call to time, as fn(query (D,), key_gain (D,), sources: n x (B, T, D), eps) ->
     (mixed (B, T, D), weights): the Router module's forward with impl=routing_impl (what the models
@@ -124,7 +118,7 @@ def run_router_bench(config: BenchConfig, route_fn: Callable | None = None,
     copy_total = copy_bytes(copy_src.numel(), dtype)
     copy_rate = copy_total / timings["copy"].median
     result = {"function": function_name(route_fn), "routing_impl": config.routing_impl,
-              "resolved_impl": resolved_impl(config.routing_impl, device) if uses_impl else None,
+              "resolved_impl": resolve_impl(config.routing_impl, device) if uses_impl else None,
               "n_sources": n, "shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "device": str(device),
               "copy": {"bytes": copy_total, "time": timings["copy"].to_dict(), "bytes_per_s": copy_rate}}
     for name, backward in (("forward", False), ("forward_backward", True)):

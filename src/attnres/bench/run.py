@@ -11,8 +11,9 @@ import torch
 from attnres.bench.config import BenchConfig
 from attnres.bench.model_bench import run_depth_sweep, run_model_bench
 from attnres.bench.report import write_report
-from attnres.bench.router_bench import resolved_impl, run_router_bench
+from attnres.bench.router_bench import run_router_bench
 from attnres.common.machine import machine_info
+from attnres.routing import resolve_impl
 
 
 def check_device(device: str) -> torch.device:
@@ -38,7 +39,7 @@ def run_bench(config: BenchConfig, out_dir: str | Path | None = None, command: s
     device = check_device(config.device)
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)
-    resolved_impl(config.routing_impl, device)  # an unusable impl fails now, not after the model runs
+    resolve_impl(config.routing_impl, device)  # an unusable impl fails now, not after the model runs
     threads = torch.get_num_threads()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
@@ -67,7 +68,7 @@ def _run(config: BenchConfig, device: torch.device, command: str, route_fn: Call
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine,
         "config": config.to_dict(),
-        "resolved_routing_impl": resolved_impl(config.routing_impl, device),
+        "resolved_routing_impl": resolve_impl(config.routing_impl, device),
         "notes": notes,
         "models": models,
         "depth_sweep": sweep,

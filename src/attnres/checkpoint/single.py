@@ -59,7 +59,7 @@ def restore_model(checkpoint: Checkpoint, model: nn.Module) -> None:
 def restore_training(checkpoint: Checkpoint, optimizer: torch.optim.Optimizer, scheduler) -> None:
     """Load optimizer moments, scheduler position and RNG states saved with a one-process checkpoint
     into an optimizer over the same parameters in the same order."""
-    tensors = load_file(str(checkpoint.path / "trainer.safetensors"))
+    tensors = read_trainer_tensors(checkpoint)
     saved = checkpoint.state["optimizer"]
     per_param: dict[int, dict] = {}
     for key, value in tensors.items():

@@ -4,9 +4,20 @@ whose value is parsed as YAML (1e-3, true, null, [12, 24])."""
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 import yaml
+
+
+def bundled_config_dir(kind: str) -> Path:
+    """Where the bundled presets of a command live: `configs/<kind>/` in the package (e.g. "compare")."""
+    return Path(str(resources.files("attnres") / "configs" / kind))
+
+
+def bundled_presets(kind: str) -> list[str]:
+    """Names of the bundled presets of `kind` (the .yaml files directly in its folder)."""
+    return sorted(p.stem for p in bundled_config_dir(kind).glob("*.yaml"))
 
 
 def read_yaml_mapping(path: str | os.PathLike[str], what: str, expected: str = "a mapping",

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from attnres.common.checks import check_int
-from attnres.common.config_files import read_yaml_mapping
+from attnres.common.config_files import bundled_config_dir, bundled_presets, read_yaml_mapping
 from attnres.model.config import variant_name
 from attnres.report.names import slug
 from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
@@ -31,12 +30,12 @@ class ComparePreset:
 
 def preset_dir() -> Path:
     """Where the bundled presets live (`configs/compare/` in the repository)."""
-    return Path(str(resources.files("attnres") / "configs" / "compare"))
+    return bundled_config_dir("compare")
 
 
 def available_presets() -> list[str]:
     """Names of the bundled presets."""
-    return sorted(p.stem for p in preset_dir().glob("*.yaml"))
+    return bundled_presets("compare")
 
 
 def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
