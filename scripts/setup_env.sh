@@ -2,7 +2,9 @@
 # Create (or reuse) the project's virtual environment in .venv with pinned dependencies.
 # torch==2.13.0 goes in first and alone: pip then takes the local CPU wheel instead of a
 # multi-GB CUDA build pulled in by an unpinned requirement.
-# Sourced by scripts/compare.sh, scripts/test.sh and .ci/run; safe to run repeatedly.
+# Sourced by scripts/compare.sh, scripts/test.sh and .ci/run; safe to run repeatedly. Prints one
+# line per stage (to stderr, so a caller's stdout stays its own), and a line every 20 s while a
+# stage runs, so a first set-up (3 to 4 minutes on 2 cores) never looks stuck.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${ATTNRES_VENV:-$ROOT/.venv}"
@@ -10,13 +12,48 @@ PY="${PYTHON:-python3}"
 STAMP="$VENV/.attnres-installed"
 WANT="$(cat "$ROOT/requirements/test.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 
+_setup_say() { echo "attnres setup: $*" >&2; }
+
+# _setup_stage LABEL COMMAND...: run COMMAND, saying when it starts, every 20 s while it runs (with
+# the last line it printed), and how long it took; its full output is shown only if it fails.
+_setup_stage() {
+    local label="$1" start=$SECONDS log status=0 ticker
+    shift
+    log="$(mktemp)"
+    _setup_say "$label ..."
+    # Sleeps of 1 s: when the stage ends and the ticker is killed, its last sleep (which may hold
+    # the caller's output pipe open) ends within a second.
+    (while :; do
+        for _ in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do sleep 1; done
+        _setup_say "  ... $((SECONDS - start)) s so far: $(tail -n 1 "$log" 2>/dev/null | cut -c1-70)"
+    done) &
+    ticker=$!
+    "$@" >"$log" 2>&1 || status=$?
+    kill "$ticker" 2>/dev/null || true
+    wait "$ticker" 2>/dev/null || true
+    if [ "$status" -ne 0 ]; then
+        cat "$log" >&2
+        rm -f "$log"
+        _setup_say "FAILED: $label (exit $status); its output is above"
+        return "$status"
+    fi
+    rm -f "$log"
+    _setup_say "  done in $((SECONDS - start)) s"
+}
+
 if [ ! -x "$VENV/bin/python" ]; then
-    "$PY" -m venv "$VENV"
+    _setup_stage "creating the virtual environment $VENV" "$PY" -m venv "$VENV"
 fi
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$ROOT/requirements/test.txt"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e "$ROOT"
+    _setup_say "installing pinned dependencies into $VENV (first time: 3 to 4 minutes on 2 cores)"
+    PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check)
+    _setup_stage "1/3 torch 2.13.0 (the CPU wheel)" "${PIP[@]}" "torch==2.13.0"
+    _setup_stage "2/3 $(grep -c '==' "$ROOT/requirements/test.txt") pinned packages of requirements/test.txt" \
+        "${PIP[@]}" -r "$ROOT/requirements/test.txt"
+    _setup_stage "3/3 attnres itself (editable)" "${PIP[@]}" --no-deps -e "$ROOT"
     echo "$WANT" > "$STAMP"
+    _setup_say "ready: $VENV/bin/attnres, $VENV/bin/python (or: source $VENV/bin/activate)"
+else
+    _setup_say "$VENV is up to date"
 fi
 export PATH="$VENV/bin:$PATH"

@@ -116,7 +116,7 @@ def test_standard_is_nanogpts_own_residual():
                                                   ("delta_attnres", None)])
 def test_function_preserving_variants_start_as_the_standard_model(residual, num_blocks):
     """Zero queries: uniform weights; LayerNorm is scale-invariant, so these variants start as the
-    standard model (METHOD §4), up to the norm's eps. Delta Block does not (and is not checked)."""
+    standard model (method §4), up to the norm's eps. Delta Block does not (and is not checked)."""
     torch.manual_seed(0)
     standard = GPT(residual="standard").eval()
     routed = GPT(residual=residual, num_blocks=num_blocks).eval()

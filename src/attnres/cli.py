@@ -82,21 +82,17 @@ def _parse_shard(text: str | None) -> tuple[int, int]:
 def _convert(args: argparse.Namespace) -> int:
     import torch
 
-    from attnres.hf.convert import convert_checkpoint
-    from attnres.hf.export import save_hf
+    from attnres.hf.export import convert_to_hf
 
-    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    model = convert_checkpoint(args.source, residual=args.residual, num_blocks=args.num_blocks,
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    out, model = convert_to_hf(args.source, args.out, residual=args.residual, num_blocks=args.num_blocks,
                                exact_conversion=args.exact, dtype=dtype, max_seq_len=args.max_seq_len)
-    gguf = str(args.source).endswith(".gguf")
-    out = save_hf(model, args.out, tokenizer_dir=None if gguf else args.source)
-    if gguf:
-        from attnres.hf.gguf import save_gguf_tokenizer
-
-        save_gguf_tokenizer(args.source, out)
     print(f"converted {args.source} -> {out} ({model.config.residual}, {sum(p.numel() for p in model.parameters()):,} "
-          f"parameters); load with: import attnres.hf; AutoModelForCausalLM.from_pretrained({str(out)!r})")
+          f"parameters, {args.dtype}); load with: import attnres.hf; AutoModelForCausalLM.from_pretrained({str(out)!r})")
     return 0
+
+
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}  # the long names earlier versions took
 
 
 def _lm_eval(args: argparse.Namespace) -> int:
@@ -136,72 +132,95 @@ def _analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+DEVICE_HELP = "cpu, cuda or cuda:N (default: %(default)s)"
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help=f"override a config value, {example}")
+                        help=f"override a config value, {example}; repeatable (default: none)")
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     parser.add_argument("--device", default="cpu",
-                        help="cpu or cuda; under torchrun each process takes cuda:LOCAL_RANK (docs/distributed.md)")
+                        help="cpu or cuda; under torchrun each process takes cuda:LOCAL_RANK (docs/distributed.md) "
+                             "(default: %(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+    """The argument parser with every subcommand; every option's help names its choices and default."""
+    from attnres import __version__
     from attnres.bench.config import DEFAULT_PRESET, flag_arguments
+    from attnres.residual import VARIANTS
 
     parser = argparse.ArgumentParser(prog="attnres", description="Depth routing residuals for language models.")
+    parser.add_argument("--version", action="version", version=f"attnres {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     compare = sub.add_parser("compare", help="train every residual variant on the same data and write a report")
     compare.add_argument("--preset", default="default",
-                         help="a bundled preset (configs/compare/NAME.yaml) or a preset YAML path; default: default")
+                         help="a bundled preset (configs/compare/NAME.yaml: default, smoke, study) or a preset "
+                              "YAML path (default: %(default)s)")
     compare.add_argument("--seeds", type=int, default=None, help="seeds per variant (default: the preset's)")
     compare.add_argument("--out", default=None, help="report folder (default: reports/compare-PRESET)")
     compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                         help="override the preset's run, e.g. --set train.steps=100")
-    compare.add_argument("--device", default="cpu")
+                         help="override the preset's run or its cost measurement, e.g. --set train.steps=100 "
+                              "--set cost.repeats=20; repeatable (default: none)")
+    compare.add_argument("--device", default="cpu", help=DEVICE_HELP)
     compare.add_argument("--shard", default=None, metavar="I/N",
                          help="train only runs I, I+N, ... and write no report (N processes share a comparison; "
-                              "finished runs are reused, so a last call without --shard writes the report)")
+                              "finished runs are reused, so a last call without --shard writes the report) "
+                              "(default: all runs, then the report)")
     compare.set_defaults(handler=_compare)
 
     train = sub.add_parser("train", help="train one model from a YAML config")
-    train.add_argument("--config", required=True, help="YAML file with model, data and train sections")
+    train.add_argument("--config", required=True, help="YAML file with model, data and train sections (required)")
     _add_run_arguments(train, "e.g. --set model.residual=delta_block --set train.lr=1e-3")
     train.set_defaults(handler=_train)
 
     finetune = sub.add_parser("finetune", help="fine-tune a converted model (the Delta paper's recipe by default)")
     finetune.add_argument("init", help="a directory from `attnres convert` (or a training checkpoint)")
-    finetune.add_argument("--config", default=None, help="YAML with data/train/out_dir (model fields come from INIT)")
+    finetune.add_argument("--config", default=None,
+                          help="YAML with data/train/out_dir (model fields come from INIT) (default: the recipe "
+                               "with INIT's tokenizer, every other field at its default)")
     _add_run_arguments(finetune, "e.g. --set train.query_init=normal --set train.steps=300")
     finetune.set_defaults(handler=_finetune)
 
     evaluate = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint (or a run's latest)")
     evaluate.add_argument("checkpoint", help="a checkpoint directory (runs/X/checkpoints/step_N) or a run directory")
-    evaluate.add_argument("--max-batches", type=int, default=None)
-    evaluate.add_argument("--device", default="cpu")
+    evaluate.add_argument("--max-batches", type=int, default=None,
+                          help="held-out batches to evaluate (default: the run's train.eval_batches)")
+    evaluate.add_argument("--device", default="cpu", help=DEVICE_HELP)
     evaluate.set_defaults(handler=_eval)
 
     convert = sub.add_parser("convert", help="convert a Hugging Face Qwen3/Qwen2/Llama/Mistral checkpoint")
     convert.add_argument("source", help="a local Hugging Face checkpoint directory (config.json + safetensors) "
                                         "or a .gguf file")
-    convert.add_argument("--residual", default="standard", help="the residual variant of the converted model")
-    convert.add_argument("--num-blocks", type=int, default=None, help="blocks, for block_attnres and delta_block")
+    convert.add_argument("--residual", default="standard", choices=list(VARIANTS),
+                         help="the residual variant of the converted model, one of %(choices)s (default: %(default)s)")
+    convert.add_argument("--num-blocks", type=int, default=None,
+                         help="blocks of sub-layers, for block_attnres and delta_block (default: none; those "
+                              "two need it)")
     convert.add_argument("--exact", choices=["gate", "partial"], default=None,
-                         help="delta_block's exact conversion: a zero-initialised gate or the partial-sum source")
-    convert.add_argument("--max-seq-len", type=int, default=None, help="default: the source's max_position_embeddings")
-    convert.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
-    convert.add_argument("--out", required=True, help="output directory (Hugging Face format)")
+                         help="delta_block's exact conversion, one of %(choices)s: a zero-initialised gate or the "
+                              "partial-sum source (default: none, Delta Block as specified, not function-preserving)")
+    convert.add_argument("--max-seq-len", type=int, default=None,
+                         help="longest sequence the model accepts (default: the source's max_position_embeddings)")
+    convert.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", type=lambda s: DTYPE_NAMES.get(s, s),
+                         help="dtype of the written weights, one of %(choices)s; bf16 halves the files "
+                              "(default: %(default)s)")
+    convert.add_argument("--out", required=True, help="output directory, new or empty (Hugging Face format; required)")
     convert.set_defaults(handler=_convert)
 
     lm_eval = sub.add_parser("lm-eval", help="lm-evaluation-harness on a Hugging Face-format attnres model")
     lm_eval.add_argument("model", help="a directory from `attnres convert`, or a training checkpoint directory")
     lm_eval.add_argument("--tasks", default="paper",
-                         help="comma-separated lm-eval tasks, or 'paper' for the Delta paper's eight (needs hub access)")
-    lm_eval.add_argument("--include-path", default=None, help="a folder of extra task YAMLs")
-    lm_eval.add_argument("--batch-size", type=int, default=1)
-    lm_eval.add_argument("--limit", type=int, default=None, help="at most this many examples per task")
-    lm_eval.add_argument("--out", default=None, help="also write the results JSON here")
-    lm_eval.add_argument("--device", default="cpu")
+                         help="comma-separated lm-eval tasks, or 'paper' for the Delta paper's eight (needs hub "
+                              "access) (default: %(default)s)")
+    lm_eval.add_argument("--include-path", default=None, help="a folder of extra task YAMLs (default: none)")
+    lm_eval.add_argument("--batch-size", type=int, default=1,
+                         help="sequences per forward pass; padded batches score the same (default: %(default)s)")
+    lm_eval.add_argument("--limit", type=int, default=None,
+                         help="at most this many examples per task (default: all)")
+    lm_eval.add_argument("--out", default=None, help="also write the results JSON here (default: print only)")
+    lm_eval.add_argument("--device", default="cpu", help=DEVICE_HELP)
     lm_eval.set_defaults(handler=_lm_eval)
 
     bench = sub.add_parser("bench", help="time and memory of each variant against standard, a depth sweep and "
@@ -209,13 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Settings come from a preset, then --quick, then --set, then the flags "
                                        "below (the defaults shown are BenchConfig's; a preset may change them).")
     bench.add_argument("--preset", default=DEFAULT_PRESET,
-                       help="a bundled preset (configs/bench/NAME.yaml: cpu, the default, or paper-gpu) or a "
-                            "preset YAML path")
+                       help="a bundled preset (configs/bench/NAME.yaml: cpu or paper-gpu) or a preset YAML path "
+                            "(default: %(default)s)")
     bench.add_argument("--quick", action="store_true",
                        help="a tiny model, a run of seconds (configs/bench/overlays/quick.yaml over the preset)")
     bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="override a setting (KEY: a BenchConfig field; VALUE parsed as YAML), "
-                            "e.g. --set repeats=10 --set depths=[12,24]")
+                            "e.g. --set repeats=10 --set depths=[12,24]; repeatable (default: none)")
     for flag, kwargs in flag_arguments():  # one per BenchConfig field, from its metadata
         bench.add_argument(flag, **kwargs)
     bench.add_argument("--out", default=None, help="report folder (default: reports/bench-PRESET)")
@@ -226,12 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
                                              "analysis.json")
     analyze.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
                          help="checkpoint directories (runs/X/checkpoints/step_N) or run directories (their latest)")
-    analyze.add_argument("--out", default="reports/analyze", help="report folder (default: reports/analyze)")
+    analyze.add_argument("--out", default="reports/analyze", help="report folder (default: %(default)s)")
     analyze.add_argument("--max-batches", type=int, default=4,
-                         help="held-out batches per checkpoint, of the run's batch size and seq_len (default: 4)")
+                         help="held-out batches per checkpoint, of the run's batch size and seq_len "
+                              "(default: %(default)s)")
     analyze.add_argument("--labels", nargs="+", default=None, metavar="LABEL",
                          help="one display name per checkpoint (default: variant and step)")
-    analyze.add_argument("--device", default="cpu")
+    analyze.add_argument("--device", default="cpu", help=DEVICE_HELP)
     analyze.set_defaults(handler=_analyze)
     return parser
 

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from attnres.analysis.intervals import ci95_halfwidth, mean, median_ratio, sample_std, t_quantile_975
+from attnres.analysis.intervals import ci95_halfwidth, mean, sample_std, t_quantile_975
 
 # The hand-written table these replace: t_{0.975, df} for df = 1 .. 10, to 3 decimals.
 OLD_T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
@@ -45,9 +45,5 @@ def test_std_and_interval_are_nan_for_a_diverged_run():
     assert math.isnan(ci95_halfwidth([1.0, math.nan]))
 
 
-def test_mean_and_median_ratio():
+def test_mean():
     assert mean([]) is None and mean([1.0, 2.0, 6.0]) == 3.0
-    assert median_ratio([2.0, 4.0, 100.0], [1.0, 2.0]) == pytest.approx(4.0 / 1.5)
-    assert median_ratio([2.0, None], [1.0]) is None  # a missing measurement
-    assert median_ratio([2.0], [math.nan]) is None
-    assert median_ratio([2.0], [0.0]) is None  # no positive base to divide by

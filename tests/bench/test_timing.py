@@ -2,7 +2,7 @@
 
 import pytest
 
-from attnres.bench.timing import Task, ratio, run_interleaved
+from attnres.common.timing import Task, median_interval, ratio, ratio_spread, round_ratios, run_interleaved
 
 
 class FakeClock:
@@ -80,3 +80,25 @@ def test_bad_arguments():
 def test_ratio():
     assert ratio(3.0, 2.0) == 1.5
     assert ratio(None, 2.0) is None and ratio(1.0, None) is None and ratio(1.0, 0.0) is None
+
+
+def test_round_ratios_pair_samples_of_the_same_round():
+    assert round_ratios([2.0, 3.0, 4.0], [1.0, 1.5, 0.0]) == [2.0, 2.0]  # a zero base is left out
+    with pytest.raises(ValueError, match="same rounds"):
+        round_ratios([1.0, 2.0], [1.0])
+
+
+def test_median_interval_by_order_statistics():
+    # 5 rounds: the whole range covers the median with 1 - 2/32; 10 rounds: the 2nd to the 9th value
+    assert median_interval([5.0, 1.0, 3.0, 2.0, 4.0]) == (1.0, 5.0, pytest.approx(0.9375))
+    assert median_interval(list(range(10))) == (1, 8, pytest.approx(1 - 2 * 11 / 1024))
+    assert median_interval(list(range(20)))[:2] == (5, 14)  # narrower with more rounds, unlike min-max
+
+
+def test_ratio_spread_marks_wide_intervals_noisy():
+    steady = ratio_spread([2.0, 2.1, 2.0, 1.95, 2.05], noise_threshold=0.25)
+    assert steady["ratio"] == 2.0 and (steady["low"], steady["high"]) == (1.95, 2.1)
+    assert steady["spread"] == pytest.approx(0.075) and steady["noisy"] is False
+    busy = ratio_spread([1.2, 2.5, 1.0, 1.0, 1.0], noise_threshold=0.25)
+    assert busy["ratio"] == 1.0 and busy["spread"] == pytest.approx(1.5) and busy["noisy"] is True
+    assert ratio_spread([], noise_threshold=0.25)["ratio"] is None

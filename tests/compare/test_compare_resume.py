@@ -14,6 +14,7 @@ from attnres.train import RunConfigError
 TINY = {
     "description": "two variants x two seeds, a few steps",
     "seeds": 2,
+    "cost": {"repeats": 5, "warmup": 0},
     "variants": [{"residual": "standard"}, {"residual": "block_attnres", "num_blocks": 2, "query_init": "normal"}],
     "run": {"model": {"hidden_size": 16, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
                       "intermediate_size": 32, "max_seq_len": 32},
@@ -45,6 +46,18 @@ def count_training(monkeypatch) -> list[str]:
     return trained
 
 
+def count_cost_measurements(monkeypatch) -> list[list[str]]:
+    measured = []
+    real_measure = compare_run.measure_costs
+
+    def counting_measure(runs, *args, **kwargs):
+        measured.append(list(runs))
+        return real_measure(runs, *args, **kwargs)
+
+    monkeypatch.setattr(compare_run, "measure_costs", counting_measure)
+    return measured
+
+
 def test_query_init_variant_sets_train_field_and_name(preset):
     assert preset.variants[1]["query_init"] == "normal"
     run = variant_run(preset.run, preset.variants[1], seed=3, out_dir="x")
@@ -55,11 +68,11 @@ def test_query_init_variant_sets_train_field_and_name(preset):
 
 
 def test_shards_split_the_runs_and_a_last_call_reuses_them(preset, tmp_path, monkeypatch):
-    trained = count_training(monkeypatch)
+    trained, measured = count_training(monkeypatch), count_cost_measurements(monkeypatch)
     out = tmp_path / "cmp"
     assert run_compare(preset, out, shard=(0, 2), log=lambda *_: None) is None
     assert run_compare(preset, out, shard=(1, 2), log=lambda *_: None) is None
-    assert not (out / "results.json").exists()  # shards write no report
+    assert not (out / "results.json").exists() and measured == []  # shards write no report, measure no cost
     names = sorted(run_dir.split("/cmp/runs/")[1] for run_dir, _ in trained)
     assert names == ["block_attnres-N-2-q-N-0-0-02/seed0", "block_attnres-N-2-q-N-0-0-02/seed1",
                      "standard/seed0", "standard/seed1"]
@@ -77,6 +90,12 @@ def test_shards_split_the_runs_and_a_last_call_reuses_them(preset, tmp_path, mon
     saved = json.loads((out / "runs" / "standard" / "seed1" / RECORD_FILE).read_text())
     assert records["standard"][1] == saved["record"]["final_val_loss"]
     assert (out / "report.md").is_file() and len(results["variants"][1]["runs"]) == 2
+    # the cost is measured by the call that writes the report, every variant in that one process,
+    # and again by the next such call: it is never carried over from an earlier process
+    assert measured == [["standard", "block_attnres (N=2) [q~N(0,0.02)]"]]
+    run_compare(preset, out, log=lambda *_: None)
+    assert trained == [] and len(measured) == 2
+    assert len(results["cost"]["variants"]["standard"]["train_step_s"]["samples_s"]) == 5
 
 
 def test_an_interrupted_run_resumes_and_other_settings_are_refused(preset, tmp_path, monkeypatch):

@@ -7,7 +7,9 @@ import pytest
 
 from attnres.cli import main
 from attnres.compare.presets import available_presets, load_preset
+from attnres.report.plots import figure_legend
 from attnres.train import RunConfigError
+from tests.report.test_plots import assert_legible
 
 VARIANTS = ["standard", "full_attnres", "block_attnres", "delta_attnres", "delta_block"]
 
@@ -22,10 +24,19 @@ def test_smoke_compare_writes_every_report_file(tmp_path, monkeypatch, captured_
     assert [v["residual"] for v in results["variants"]] == VARIANTS
     for variant in results["variants"]:
         run = variant["runs"][0]
-        assert 0 < run["final_val_loss"] < 10 and run["step_time_s"] > 0 and run["peak_memory_bytes"] > 0
+        assert 0 < run["final_val_loss"] < 10 and run["step_time_s"] > 0
         assert len(run["val_curve"]) == 4  # eval every 10 of 40 steps
+    # the cost: every variant measured in this process after training, the preset's rounds
+    cost = results["cost"]
+    assert list(cost["variants"]) == [v["name"] for v in results["variants"]]  # standard first
+    assert cost["settings"]["repeats"] == 5 and cost["settings"]["routing"] == results["code_path"]["routing"]
+    for name, measured in cost["variants"].items():
+        assert len(measured["train_step_s"]["samples_s"]) == 5 and measured["memory"]["peak_bytes"] > 0, name
     summary = results["summary"]
-    assert summary["standard"]["step_time_ratio"] == 1.0
+    assert summary["standard"]["step_time_ratio"] == 1.0 and summary["standard"]["step_time_noisy"] is False
+    assert all(summary[n]["step_time_low"] <= summary[n]["step_time_ratio"] <= summary[n]["step_time_high"]
+               for n in summary)
+    assert summary["full_attnres"]["peak_memory_ratio"] > 1.0  # a router per sub-layer: more parameters
     report = (out / "report.md").read_text()
     html = (out / "index.html").read_text()
     expected_pngs = {"val_loss.png", "cost.png", "max_weight_by_depth.png", "hidden_rms_by_depth.png",
@@ -42,8 +53,9 @@ def test_smoke_compare_writes_every_report_file(tmp_path, monkeypatch, captured_
     for name, fig in captured_figures.items():
         ax = fig.axes[0]
         assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel(), name
-        if name in ("val_loss.png", "max_weight_by_depth.png", "hidden_rms_by_depth.png", "cost.png"):
-            assert ax.get_legend() is not None, name
+        if name in ("val_loss.png", "max_weight_by_depth.png", "hidden_rms_by_depth.png"):
+            assert figure_legend(fig) is not None, name
+        assert_legible(name, fig)
     for variant in VARIANTS:
         assert f"| {variant}" in report
 
@@ -57,3 +69,14 @@ def test_presets_are_listed_and_validated():
         load_preset("nope")
     with pytest.raises(ValueError, match="ModelConfig.num_blocks"):
         load_preset("smoke", ["model.num_layers=3"])  # N=4 is not valid for 6 sub-layers
+
+
+def test_presets_carry_cost_settings_and_set_overrides_them():
+    assert load_preset("smoke").cost.repeats == 5 and load_preset("default").cost.repeats == 10
+    preset = load_preset("smoke", ["cost.repeats=8", "cost.noise_threshold=0.5", "train.steps=3"])
+    assert (preset.cost.repeats, preset.cost.warmup, preset.cost.noise_threshold) == (8, 1, 0.5)
+    assert preset.run["train"]["steps"] == 3  # the other overrides still reach the run
+    with pytest.raises(RunConfigError, match=r"cost.repeats must be an integer >= 5"):
+        load_preset("smoke", ["cost.repeats=2"])
+    with pytest.raises(RunConfigError, match=r"unknown key\(s\) \['rounds'\]; allowed: repeats, warmup"):
+        load_preset("smoke", ["cost.rounds=2"])

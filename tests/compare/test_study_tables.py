@@ -42,3 +42,24 @@ def test_tables_and_figure_are_written(tmp_path):
     # mean of -0.1 and -0.25 with t(0.975, 1) = 12.706 times the standard error 0.075
     assert f"-0.175 ± {12.706 * 0.075:.3f}" in full_row
     assert "| standard | 2 | 3.100 ± " in text
+
+
+def test_block_count_figure_draws_each_variant_in_its_style(tmp_path, captured_figures):
+    import copy
+
+    from matplotlib.colors import to_hex
+
+    from attnres.report.style import variant_style
+
+    results = make_results()
+    for n in (1, 4):
+        variant = copy.deepcopy(results["variants"][1])
+        variant.update(name=f"block_attnres (N={n})", residual="block_attnres", num_blocks=n)
+        results["variants"].append(variant)
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    study_tables.main(tmp_path)
+    points = {(to_hex(line.get_color()), line.get_marker()) for ax in captured_figures["num_blocks.png"].axes
+              for line in ax.get_lines() if line.get_marker() not in (None, "None", "")}
+    for n in (1, 4):
+        style = variant_style("block_attnres", num_blocks=n)
+        assert (style["color"], style["marker"]) in points, (n, points)

@@ -1,5 +1,5 @@
 """Pipeline parallelism on 2 gloo processes: same loss and gradients as the unsplit model, and the
-cross-stage cache sends exactly the bytes the block layout predicts (METHOD §5)."""
+cross-stage cache sends exactly the bytes the block layout predicts (method §5)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ MICROBATCHES, MICROBATCH_SIZE, SEQ_LEN, HIDDEN = 2, 2, 8, 16
 #     n(b) = 1 + b // S completed sources (embedding + closed blocks of S sub-layers; 0 for standard)
 #     cached(k) = n(end of stage k+1-P) with the cache and k+1 >= P (what the receiving rank already
 #                 holds for this micro-batch), else 0.
-# METHOD §5: the largest per-transition payload shrinks V-fold with V virtual stages per rank; with
+# method §5: the largest per-transition payload shrinks V-fold with V virtual stages per rank; with
 # V = 1 nothing is cached. The comments give the arithmetic; the numbers are written out so the
 # check does not reuse the library's layout code.
 
@@ -133,7 +133,7 @@ def _check_case(case: Case, microbatches: int = MICROBATCHES, microbatch_size: i
     assert on.forward_uncached == on.backward_uncached == off.forward_sent, (case, on, off)
     if case.stages_per_rank == 1:
         assert on.forward_sent == off.forward_sent, case
-    if case.v_fold:  # METHOD §5: with one block per stage the largest transition shrinks V-fold
+    if case.v_fold:  # method §5: with one block per stage the largest transition shrinks V-fold
         assert max(case.uncached) == case.stages_per_rank * max(case.cached), case
 
 

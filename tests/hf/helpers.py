@@ -19,3 +19,30 @@ def assert_converts_to_source_logits(source_path, source_model, args, out, vocab
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, source_model(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
     return loaded
+
+
+def greedy_eos_setup(model, prompt, steps=12, stop_at=3):
+    """(token ids the source generates greedily from `prompt` with no EOS, an id to declare as EOS):
+    the token first produced at step `stop_at`, so generation with that EOS stops early."""
+    config = model.generation_config
+    config.eos_token_id, config.pad_token_id = None, None
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=steps, do_sample=False, min_new_tokens=steps)[0, prompt.shape[1]:]
+    fresh = [i for i, t in enumerate(out.tolist()) if t not in out.tolist()[:i] and t not in prompt[0].tolist()]
+    step = next(i for i in fresh if i >= stop_at)
+    return out, int(out[step])
+
+
+def assert_generates_like_the_source(source_model, converted_dir, prompt, max_new_tokens=12):
+    """The converted model has the source's special-token ids and generation defaults, and greedy
+    `generate` stops at EOS exactly where the source's does (before max_new_tokens)."""
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(converted_dir).eval()
+    for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        assert getattr(loaded.config, key) == getattr(source_model.config, key), key
+        assert getattr(loaded.generation_config, key) == getattr(source_model.generation_config, key), key
+    with torch.no_grad():
+        expected = source_model.generate(prompt, max_new_tokens=max_new_tokens, do_sample=False)
+        got = loaded.generate(prompt, max_new_tokens=max_new_tokens, do_sample=False)
+    assert expected.shape[1] < prompt.shape[1] + max_new_tokens, "the source never reached EOS: a weak test"
+    assert got.tolist() == expected.tolist()
+    return loaded

@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 FAMILIES = ("qwen3", "qwen2", "llama", "mistral")
 SHAPE = dict(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=48, max_position_embeddings=64)
-# The variants that reproduce the standard model at zero queries (METHOD §4).
+# The variants that reproduce the standard model at zero queries (method §4).
 EXACT_VARIANTS = [("full_attnres", None, None), ("block_attnres", 2, None), ("delta_attnres", None, None),
                   ("delta_block", 2, "gate"), ("delta_block", 2, "partial")]
 

@@ -18,7 +18,7 @@ def qwen3_dir(tmp_path):
                                       attn_implementation="eager")
     torch.manual_seed(0)
     model = transformers.Qwen3ForCausalLM(config).eval()
-    with torch.no_grad():  # realistic activation scales (see METHOD §4 on RMSNorm eps)
+    with torch.no_grad():  # realistic activation scales (see method §4 on RMSNorm eps)
         for p in model.parameters():
             p.mul_(10.0 if p.dim() > 1 else 1.0)
     model.save_pretrained(tmp_path / "src")

@@ -28,7 +28,7 @@ def setup(tmp_path_factory):
                                       max_position_embeddings=64, tie_word_embeddings=True)
     torch.manual_seed(0)
     source = transformers.Qwen3ForCausalLM(config)
-    with torch.no_grad():  # realistic activation scales (METHOD §4: RMSNorm eps)
+    with torch.no_grad():  # realistic activation scales (method §4: RMSNorm eps)
         for p in source.parameters():
             p.mul_(10.0 if p.dim() > 1 else 1.0)
     source.save_pretrained(root / "source")
@@ -74,3 +74,29 @@ def test_finetune_without_a_tokenizer_is_refused(setup, tmp_path, capsys):
         (bare / name).unlink(missing_ok=True)
     assert main(["finetune", str(bare), "--set", "train.seq_len=32"]) == 2
     assert "needs the model's own tokenizer" in capsys.readouterr().err
+
+
+def test_finetune_checkpoints_keep_the_sources_generation_defaults_and_chat_template(setup, tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    root, corpus = setup
+    monkeypatch.setenv("ATTNRES_CACHE", str(root / "cache"))
+    source = tmp_path / "source"
+    shutil.copytree(root / "source", source)
+    (source / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    generation = {"eos_token_id": [0, 7], "temperature": 0.7, "do_sample": True}
+    (source / "generation_config.json").write_text(json.dumps(generation))
+    assert main(["convert", str(source), "--out", str(tmp_path / "converted")]) == 0
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text(yaml.safe_dump({"out_dir": str(tmp_path / "run"), "data": {"source": str(corpus), "val_fraction": 0.2},
+                                   "train": {"steps": 1, "batch_size": 2, "seq_len": 32, "eval_every": 1,
+                                             "eval_batches": 1, "checkpoint_every": 1, "tensorboard": False,
+                                             "progress": False, "precision": "fp32", "warmup_steps": 1}}))
+    assert main(["finetune", str(tmp_path / "converted"), "--config", str(cfg)]) == 0
+    step_dir = tmp_path / "run" / "checkpoints" / "step_00000001"
+    saved = json.loads((step_dir / "generation_config.json").read_text())
+    assert {k: saved[k] for k in generation} == generation
+    assert (step_dir / "chat_template.jinja").read_text() == (source / "chat_template.jinja").read_text()
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(step_dir)
+    assert loaded.generation_config.eos_token_id == [0, 7]

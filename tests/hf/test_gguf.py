@@ -11,7 +11,10 @@ pytest.importorskip("accelerate")
 
 import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.cli import main  # noqa: E402
-from tests.hf.helpers import assert_converts_to_source_logits  # noqa: E402
+from tests.hf.helpers import (assert_converts_to_source_logits, assert_generates_like_the_source,  # noqa: E402
+                              greedy_eos_setup)
+
+PROMPT = torch.tensor([[5, 17, 42, 8, 23]])
 
 
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
@@ -28,9 +31,10 @@ def gguf_file(tmp_path_factory):
                                       tie_word_embeddings=False, rms_norm_eps=1e-5)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # realistic activation scales (METHOD §4: RMSNorm eps)
+    with torch.no_grad():  # realistic activation scales (method §4: RMSNorm eps)
         for p in model.parameters():
             p.mul_(10.0 if p.dim() > 1 else 1.0)
+    _, eos = greedy_eos_setup(model, PROMPT)  # an EOS that greedy decoding reaches at step 3
     sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
     writer = gguf.GGUFWriter(str(root / "tiny.gguf"), "llama")
     writer.add_block_count(2)
@@ -48,8 +52,9 @@ def gguf_file(tmp_path_factory):
     writer.add_token_types([1] * 64)
     writer.add_token_merges([])
     writer.add_token_scores([0.0] * 64)
-    writer.add_eos_token_id(0)
-    writer.add_bos_token_id(0)
+    writer.add_eos_token_id(eos)
+    writer.add_bos_token_id(1)
+    writer.add_pad_token_id(0)
     writer.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     writer.add_tensor("output_norm.weight", sd["model.norm.weight"])
     writer.add_tensor("output.weight", sd["lm_head.weight"])
@@ -79,3 +84,15 @@ def test_gguf_converts_to_the_source_logits(tmp_path, gguf_file, args):
 def test_missing_gguf_file_is_a_clear_error(tmp_path, capsys):
     assert main(["convert", str(tmp_path / "nope.gguf"), "--out", str(tmp_path / "o")]) == 2
     assert "nope.gguf does not exist" in capsys.readouterr().err
+
+
+def test_gguf_conversion_keeps_the_special_tokens_and_stops_at_eos(tmp_path, gguf_file):
+    path, _ = gguf_file
+    # The reference is transformers' own reading of the GGUF file: its config's ids and its generate.
+    source = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                               dtype=torch.float32).eval()
+    assert (source.config.bos_token_id, source.config.pad_token_id) == (1, 0)
+    assert main(["convert", str(path), "--out", str(tmp_path / "out")]) == 0
+    assert_generates_like_the_source(source, tmp_path / "out", PROMPT)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    assert tokenizer.eos_token_id == source.config.eos_token_id

@@ -32,3 +32,20 @@ def test_fullgraph_compile_matches_eager(residual, num_blocks, exact):
         torch.testing.assert_close(got, expected)
     for name, p in model.named_parameters():
         torch.testing.assert_close(grads[name], p.grad, msg=name)
+
+
+def test_a_padded_batch_compiles_as_one_graph():
+    """attention_mask under fullgraph=True: no value is read back while compiling (the mask is
+    checked and dropped only in eager), and the compiled logits equal eager ones."""
+    from tests.model.test_padding import pad, sequences
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
+                         intermediate_size=64, residual="delta_block", num_blocks=2, exact_conversion="gate")
+    model = AttnResLM(config).eval()
+    activate_routing(model.routers)
+    ids, mask = pad(sequences(), "left")
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(ids, attention_mask=mask).logits, model(ids, attention_mask=mask).logits)

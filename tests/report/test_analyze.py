@@ -4,40 +4,21 @@ import json
 import math
 
 import pytest
-import yaml
+from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from attnres.cli import main
 from attnres.report.analyze_plots import (plot_cosine_matrices, plot_entropy_by_depth, plot_grad_norms_by_depth,
                                           plot_routing_heatmap_split, split_routers)
 from attnres.report.analyze_report import cosine_routers
-from attnres.train import evaluate_checkpoint, load_run_config, train
-from tests.train.conftest import corpus_dir, tiny_run  # noqa: F401  (corpus_dir is a fixture)
+from attnres.report.plots import figure_legend
+from attnres.report.style import variant_style
+from attnres.train import evaluate_checkpoint
+from tests.report.test_plots import assert_legible
 
 LAYERS = 2
 SHARED_FIGURES = {"max_weight_by_depth.png", "entropy_by_depth.png", "hidden_rms_by_depth.png",
                   "grad_norm_by_depth.png"}
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, corpus_dir):  # noqa: F811
-    """Two 2-layer runs of 6 steps on the tiny corpus, with their own data cache; yields (root, run dirs)."""
-    root = tmp_path_factory.mktemp("analyze")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ATTNRES_CACHE", str(root / "cache"))
-        dirs = {}
-        for residual, blocks in (("block_attnres", 2), ("standard", None)):
-            run = tiny_run(corpus_dir, root / residual, steps=6, eval_every=3, checkpoint_every=3)
-            run["model"].update(residual=residual, num_blocks=blocks)
-            path = root / f"{residual}.yaml"
-            path.write_text(yaml.safe_dump(run))
-            dirs[residual] = train(load_run_config(path), log=lambda *_: None).run_dir
-        yield root, dirs
-
-
-@pytest.fixture
-def cache(runs, monkeypatch):
-    monkeypatch.setenv("ATTNRES_CACHE", str(runs[0] / "cache"))
 
 
 def content_axes(fig: Figure):
@@ -45,11 +26,13 @@ def content_axes(fig: Figure):
 
 
 def assert_readable(name: str, fig: Figure, legend: bool) -> None:
-    """A title, labelled axes on every panel; a legend on line panels with more than one line."""
+    """A title, labelled axes on every panel; a legend where a line panel has more than one line;
+    every text legible on a phone (`assert_legible`)."""
     for ax in content_axes(fig):
         assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel(), name
         if legend and len(ax.get_lines()) > 1:
-            assert ax.get_legend() is not None, name
+            assert figure_legend(fig) is not None, name
+    assert_legible(name, fig)
 
 
 def test_analyze_writes_every_file_with_the_right_shapes(runs, cache, tmp_path, captured_figures, capsys):
@@ -106,10 +89,18 @@ def test_analyze_writes_every_file_with_the_right_shapes(runs, cache, tmp_path, 
     for name in ("hidden_rms_by_depth.png", "grad_norm_by_depth.png"):
         ax = content_axes(captured_figures[name])[0]
         assert len(ax.get_lines()) == 2
-        assert [t.get_text() for t in ax.get_legend().get_texts()] == [block["label"], standard["label"]]
+        assert [t.get_text() for t in figure_legend(captured_figures[name]).get_texts()] == [block["label"],
+                                                                                                standard["label"]]
     heatmap = content_axes(captured_figures[f"routing_{slug}.png"])
     assert [ax.get_title() for ax in heatmap] == ["attention routers", "MLP routers (+ final)"]
     assert [t.get_text() for t in heatmap[1].get_yticklabels()] == ["1 mlp", "3 mlp", "final"]
+    # each variant in its one style, the one the comparison report gives it too
+    for name in ("hidden_rms_by_depth.png", "grad_norm_by_depth.png"):
+        colors = [to_hex(line.get_color()) for line in content_axes(captured_figures[name])[0].get_lines()]
+        assert colors == [variant_style("block_attnres", 2)["color"], variant_style("standard")["color"]]
+    # the cosine panels stack in one column of a figure no wider than any other
+    cosines = captured_figures[f"cosines_{slug}.png"]
+    assert len({round(ax.get_position().x0, 3) for ax in content_axes(cosines)}) == 1
 
 
 def test_labels_and_duplicate_default_labels(runs, cache, tmp_path):
@@ -179,4 +170,5 @@ def test_plot_functions_give_readable_figures(tmp_path, captured_figures):
     assert len(content_axes(captured_figures["cos.png"])) == 2
     assert content_axes(captured_figures["g.png"])[0].get_yscale() == "log"  # values span 400x
     for ax in content_axes(captured_figures["ent.png"]):
-        assert ax.get_legend() is not None and len(ax.get_lines()) == 2
+        assert len(ax.get_lines()) == 2
+    assert figure_legend(captured_figures["ent.png"]) is not None

@@ -34,10 +34,33 @@ def model_stats(seed):
     return collect_depth_stats(model, [torch.randint(0, 32, (2, 8))]).to_dict()
 
 
-def run(seed, loss, step_time, peak, act, stats, curve):
+def run(seed, loss, step_time, stats, curve):
     return {"seed": seed, "val_curve": curve, "train_curve": [[s, v + 0.1] for s, v in curve],
-            "final_val_loss": loss, "step_time_s": step_time, "peak_memory_bytes": peak, "activation_bytes": act,
-            "tokens_per_s": 1000.0 / step_time, "tokens": 4096, "depth_stats": stats}
+            "final_val_loss": loss, "step_time_s": step_time, "tokens_per_s": 1000.0 / step_time, "tokens": 4096,
+            "depth_stats": stats}
+
+
+# The cost measurement after training: five rounds, every variant once per round (standard first).
+STANDARD_STEPS = [0.10, 0.12, 0.11, 0.10, 0.13]
+FULL_STEPS = [0.20, 0.25, 0.22, 0.21, 0.26]  # per round 2.0, 2.083, 2.0, 2.1, 2.0: a steady 2.0x
+ODD_STEPS = [0.12, 0.30, 0.11, 0.10, 0.13]  # per round 1.2, 2.5, 1.0, 1.0, 1.0: the machine got busy
+
+
+def cost_entry(steps, memory):
+    return {"model": {}, "parameters": 100, "train_step_s": {"median_s": statistics.median(steps), "samples_s": steps},
+            "memory": memory}
+
+
+def make_cost():
+    return {"settings": {"repeats": 5, "warmup": 2, "noise_threshold": 0.25, "seed": 0, "batch_size": 8,
+                         "seq_len": 64, "precision": "fp32", "routing_impl": "auto", "routing": "lean",
+                         "device": "cpu"},
+            "created": "2026-11-30T12:05:00+00:00",
+            "machine": {"device": "cpu", "device_name": "Test CPU 9000", "torch": "2.13.0", "threads": 2,
+                        "cpu_capability": "AVX2", "cpu_native_bf16": False},
+            "variants": {"standard": cost_entry(STANDARD_STEPS, {"peak_bytes": 1100, "activation_bytes": 600}),
+                         "full_attnres": cost_entry(FULL_STEPS, {"peak_bytes": 1500, "activation_bytes": 1200}),
+                         ODD_NAME: cost_entry(ODD_STEPS, {"activation_bytes": 650})}}
 
 
 def make_results():
@@ -51,17 +74,18 @@ def make_results():
         "seeds": [0, 1],
         "variants": [
             {"name": "standard", "residual": "standard", "num_blocks": None, "runs": [
-                run(0, 3.0, 0.10, 1000, 500, standard_stats, [[0, 4.0], [10, 3.5], [20, 3.0]]),
-                run(1, 3.2, 0.14, 1200, 700, standard_stats, [[0, 4.2], [10, 3.7], [20, 3.2]])]},
+                run(0, 3.0, 0.10, standard_stats, [[0, 4.0], [10, 3.5], [20, 3.0]]),
+                run(1, 3.2, 0.14, standard_stats, [[0, 4.2], [10, 3.7], [20, 3.2]])]},
             {"name": "full_attnres", "residual": "full_attnres", "num_blocks": None, "runs": [
-                run(0, 2.9, 0.2, 1500, 1000, full_stats([None, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
+                run(0, 2.9, 0.2, full_stats([None, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0]),
                     [[0, 4.0], [10, 3.4], [20, 2.9]]),
-                run(1, 2.95, 0.3, 1500, 1400, full_stats([None, 0.4, 0.4, 0.4, 0.4, 0.6, 0.8]),
+                run(1, 2.95, 0.3, full_stats([None, 0.4, 0.4, 0.4, 0.4, 0.6, 0.8]),
                     [[0, 4.1], [10, 3.5], [20, 2.95], [30, 2.9]])]},
             {"name": ODD_NAME, "residual": "delta_block", "num_blocks": 2, "runs": [
-                run(0, 3.05, 0.12, None, 600, model_stats(0), [[0, 4.0], [20, 3.05]]),
-                run(1, 3.15, 0.16, 1100, 650, model_stats(1), [[0, 4.1], [20, 3.15]])]},
+                run(0, 3.05, 0.12, model_stats(0), [[0, 4.0], [20, 3.05]]),
+                run(1, 3.15, 0.16, model_stats(1), [[0, 4.1], [20, 3.15]])]},
         ],
+        "cost": make_cost(),
     }
 
 
@@ -85,15 +109,21 @@ def test_summary_numbers_equal_hand_computed_values():
     assert std["max_weight_deep"] is None and std["max_weight_by_depth"] == []
     assert full["val_loss_mean"] == pytest.approx(2.925)
     assert full["delta_vs_standard"] == pytest.approx(2.925 - 3.1)
-    assert full["step_time_ratio"] == pytest.approx(0.25 / 0.12)  # medians: (0.2+0.3)/2 over (0.10+0.14)/2
+    # cost: the median of per-round ratios, their range, memory ratios; from the measurement, not the runs
+    assert full["step_time_ratio"] == pytest.approx(2.0) and full["step_time_s"] == pytest.approx(0.22)
+    assert (full["step_time_low"], full["step_time_high"]) == pytest.approx((2.0, 2.1))
+    assert full["step_time_spread"] == pytest.approx(0.05) and full["step_time_noisy"] is False
     assert full["peak_memory_ratio"] == pytest.approx(1500 / 1100)
     assert full["activation_ratio"] == pytest.approx(1200 / 600)
     # Deepest third of six multi-source routers = the last two: (0.9+1.0)/2 and (0.6+0.8)/2.
     assert full["max_weight_deep"] == pytest.approx((0.95 + 0.7) / 2)
     assert full["max_weight_by_depth"] == pytest.approx([None, 0.45, 0.5, 0.55, 0.6, 0.75, 0.9])
     assert full["hidden_rms_by_depth"] == [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
-    assert odd["peak_memory_ratio"] is None  # one seed has no peak memory
-    assert odd["step_time_ratio"] == pytest.approx(0.14 / 0.12)
+    assert odd["peak_memory_ratio"] is None and odd["activation_ratio"] == pytest.approx(650 / 600)
+    assert odd["step_time_ratio"] == pytest.approx(1.0)  # rounds 1.2, 2.5, 1.0, 1.0, 1.0
+    assert (odd["step_time_low"], odd["step_time_high"]) == pytest.approx((1.0, 2.5))
+    assert odd["step_time_noisy"] is True  # (2.5 - 1.0) / 1.0 = 1.5 > 0.25
+    assert std["step_time_noisy"] is False and std["step_time_spread"] == 0.0
     assert 0 < odd["max_weight_deep"] <= 1
 
 
@@ -112,7 +142,7 @@ def test_single_seed_has_zero_std():
         variant["runs"] = variant["runs"][:1]
     summary = summarize(results)
     assert summary["standard"]["val_loss_std"] == 0.0 and summary["standard"]["ppl_std"] == 0.0
-    assert summary["full_attnres"]["step_time_ratio"] == pytest.approx(2.0)
+    assert summary["full_attnres"]["step_time_ratio"] == pytest.approx(2.0)  # cost does not depend on seeds
 
 
 def test_a_diverged_run_gives_nan_not_an_error():
@@ -121,7 +151,7 @@ def test_a_diverged_run_gives_nan_not_an_error():
     results["variants"][1]["runs"][1]["final_val_loss"] = 1e6
     full = summarize(results)["full_attnres"]
     assert math.isnan(full["val_loss_mean"]) and math.isnan(full["val_loss_std"])
-    assert math.isnan(full["ppl_std"]) and full["step_time_ratio"] == pytest.approx(0.25 / 0.12)
+    assert math.isnan(full["ppl_std"]) and full["step_time_ratio"] == pytest.approx(2.0)
 
 
 def test_every_file_is_written(report):
@@ -143,8 +173,9 @@ def test_results_json_holds_input_summary_and_figures(report):
     assert saved["variants"][1]["runs"][0]["final_val_loss"] == 2.9
     assert saved["command"] == results["command"]
     assert saved["summary"]["full_attnres"]["val_loss_mean"] == pytest.approx(2.925)
-    assert saved["summary"]["full_attnres"]["step_time_ratio"] == pytest.approx(0.25 / 0.12)
+    assert saved["summary"]["full_attnres"]["step_time_ratio"] == pytest.approx(2.0)
     assert saved["summary"][ODD_NAME]["peak_memory_ratio"] is None
+    assert saved["cost"]["variants"]["full_attnres"]["train_step_s"]["samples_s"] == FULL_STEPS
     assert sorted(saved["figures"]) == sorted(p for p in saved["figures"] if (out / p).is_file())
     assert len(saved["figures"]) == 6
     # Re-summarizing the saved file gives the saved summary: the report can be rebuilt from it.
@@ -173,18 +204,75 @@ def test_markdown_table_rows_match_the_summary(report):
         "full_attnres", f"2.925 ± {0.05 / math.sqrt(2):.3f}",
         f"{(f29 + f295) / 2:.2f} ± {abs(f295 - f29) / math.sqrt(2):.2f}",
         f"[{(f29 + f295) / 2 - 12.706 * abs(f295 - f29) / 2:.2f}, {(f29 + f295) / 2 + 12.706 * abs(f295 - f29) / 2:.2f}]",
-        "-0.175", f"{0.25 / 0.12:.2f}×",
+        "-0.175", "2.00× (2.00–2.10)",
         f"{1500 / 1100:.2f}×", "0.825"]
     odd = table_row(md, "delta &lt;block&gt; (N=2)")
-    assert odd[4] == "+0.000" and odd[6] == "-"  # 3.1 - 3.1; peak memory missing in one seed
+    assert odd[4] == "+0.000" and odd[6] == "-"  # 3.1 - 3.1; its peak memory was not measured
+    assert odd[5] == "noisy (1.00–2.50×)"  # not a bare number: the rounds disagree
     for fig in json.loads((out / "results.json").read_text())["figures"]:
         assert f"]({fig})" in md
+
+
+def cost_section(markdown):
+    return markdown.split("## Cost", 1)[1].split("## Runs", 1)[0]
+
+
+def test_cost_section_states_method_machine_and_noise(report):
+    _, out, _ = report
+    section = cost_section((out / "report.md").read_text())
+    for fact in ("5 rounds after 2 warm-up", "Routing lean (routing_impl=auto), precision fp32",
+                 "Test CPU 9000 (ATen CPU kernels AVX2, native bf16: no), 2 torch threads", "wider than 25%",
+                 "8 x 64 token batch", "Too noisy to quote here: delta &lt;block&gt; (N=2)"):
+        assert fact in section, fact
+    assert table_row(section, "standard") == ["standard", "110.0", "baseline", "-", f"{1100 / 2**20:.1f}", "1.00×",
+                                              f"{600 / 2**20:.1f}", "1.00×"]
+    assert table_row(section, "full_attnres")[1:4] == ["220.0", "2.00×", "2.00–2.10×"]
+    assert table_row(section, "delta &lt;block&gt; (N=2)")[2:4] == ["noisy", "1.00–2.50×"]
+
+
+def test_cost_figure_says_noisy_instead_of_a_number(tmp_path, captured_figures):
+    write_report(make_results(), tmp_path)
+    fig = captured_figures["cost.png"]
+    step = fig.axes[0]
+    assert step.get_title() == "training step" and [ax.get_title() for ax in fig.axes[1:]] == ["peak memory",
+                                                                                                "activations"]
+    labels = [" ".join(t.get_text().split()) for t in step.texts]
+    assert labels == ["2.00×", "noisy: 1.00–2.50×"]  # standard is the baseline, not a bar
+    assert [t.get_text().strip() for t in fig.axes[1].texts] == [f"{1500 / 1100:.2f}×", "n/a"]
+
+
+def test_results_without_a_cost_measurement_say_so(tmp_path):
+    results = make_results()
+    del results["cost"]
+    written = write_report(results, tmp_path)
+    assert not (tmp_path / "figures" / "cost.png").exists() and tmp_path / "figures" / "cost.png" not in written
+    assert "hold no cost measurement" in cost_section((tmp_path / "report.md").read_text())
+    assert table_row((tmp_path / "report.md").read_text(), "full_attnres")[5] == "-"
+
+
+def test_captions_describe_what_is_drawn(tmp_path):
+    results = make_results()
+    for variant in results["variants"]:
+        variant["runs"] = variant["runs"][:1]
+    results["seeds"] = [0]
+    write_report(results, tmp_path / "one")
+    md = (tmp_path / "one" / "report.md").read_text()
+    loss_caption = md.split("](figures/val_loss.png)", 1)[1].split("\n\n")[1]
+    assert "shaded band" not in loss_caption and "one seed" in loss_caption  # one seed draws no band
+    heat_caption = md.split("](figures/routing_full_attnres.png)", 1)[1].split("\n\n")[1]
+    assert "d0…d5 = sub-layer outputs" in heat_caption and "partial" not in heat_caption
+    two_seeds = tmp_path / "two"
+    write_report(make_results(), two_seeds)
+    assert "the shaded band is ± one standard deviation" in (two_seeds / "report.md").read_text()
 
 
 def test_html_references_figures_and_escapes_names(report):
     _, out, _ = report
     page = (out / "index.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "<style>" in page
+    # laid out for a phone: the device's width, and tables scroll inside their own box
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
+    assert page.count("<table") == page.count('<div class="table-scroll"><table') == 4
     for fig in json.loads((out / "results.json").read_text())["figures"]:
         assert f'src="{fig}"' in page
     assert "delta &lt;block&gt; (N=2)" in page and "<block>" not in page
@@ -193,8 +281,8 @@ def test_html_references_figures_and_escapes_names(report):
 
 def test_missing_run_key_names_key_and_variant():
     results = make_results()
-    del results["variants"][1]["runs"][1]["step_time_s"]
-    with pytest.raises(ValueError, match=r"'full_attnres'.*'step_time_s'"):
+    del results["variants"][1]["runs"][1]["final_val_loss"]
+    with pytest.raises(ValueError, match=r"'full_attnres'.*'final_val_loss'"):
         summarize(results)
     results = make_results()
     del results["variants"][2]["runs"][0]["depth_stats"]

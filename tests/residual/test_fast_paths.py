@@ -1,8 +1,8 @@
 """Every fast routing path computes the reference's function: forward, routing weights, gradients.
 
 The fast paths (routing_impl "lean", and "triton" under Triton's CPU interpreter when installed)
-use cached inverse RMS, the memory-lean custom op and two-phase block routing (METHOD §5); the
-reference path calls each Router's plain METHOD §2 code. Checked for every variant in float64,
+use cached inverse RMS, the memory-lean custom op and two-phase block routing (method §5); the
+reference path calls each Router's plain method §2 code. Checked for every variant in float64,
 fp32 and bf16 autocast, and with activation checkpointing. tests/model/test_compile.py compiles
 the default (lean) path with fullgraph=True, which fails on any graph break.
 """

@@ -1,4 +1,4 @@
-"""Which sources each router sees, for every variant, as literal tables written from METHOD §3.
+"""Which sources each router sees, for every variant, as literal tables written from method §3.
 
 The model runs with its real residual loop; its sub-layers are replaced by stubs whose outputs
 are distinct unit vectors (sub-layer s outputs unit vector s + 1, the embedding is unit vector 0),
@@ -18,7 +18,7 @@ from torch import nn
 
 from attnres import AttnResLM, ModelConfig
 
-# Blocks written out from METHOD §3.2: N blocks of ceil(2L / N) sub-layers, the last one shorter.
+# Blocks written out from method §3.2: N blocks of ceil(2L / N) sub-layers, the last one shorter.
 BLOCKS = {
     (6, 1): [range(0, 12)],
     (6, 2): [range(0, 6), range(6, 12)],
@@ -345,7 +345,7 @@ def test_router_sources_match_method(key):
 
 
 def test_block_table_is_the_ceil_rule():
-    """The literal block table above is METHOD's S = ceil(2L / N) rule (guards the test itself)."""
+    """The literal block table above is method's S = ceil(2L / N) rule (guards the test itself)."""
     for (num_layers, n), blocks in BLOCKS.items():
         size = math.ceil(2 * num_layers / n)
         assert [list(b) for b in blocks] == [list(range(a, min(a + size, 2 * num_layers)))

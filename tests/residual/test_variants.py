@@ -1,4 +1,4 @@
-"""Each variant's logits against an independent step-by-step reference written from METHOD §3.
+"""Each variant's logits against an independent step-by-step reference written from method §3.
 
 The reference below shares no code with attnres: it reads the model's parameters by name and
 recomputes everything (RMSNorm, rotary embedding, attention, SwiGLU, routing, the residual
@@ -76,13 +76,13 @@ def reference_logits(p, cfg, ids):
         for s in range(n):
             x = x + sublayer(p, s, x, cfg)
         hidden = x
-    elif cfg.residual == "full_attnres":                      # METHOD 3.1
+    elif cfg.residual == "full_attnres":                      # method §3.1
         v = [e]
         for s in range(n):
             h = e if s == 0 else route(p, s, v, eps)
             v.append(sublayer(p, s, h, cfg))
         hidden = route(p, n, v, eps)
-    elif cfg.residual == "block_attnres":                     # METHOD 3.2
+    elif cfg.residual == "block_attnres":                     # method §3.2
         size = math.ceil(n / cfg.num_blocks)
         b, partial = [e], None
         for s in range(n):
@@ -93,14 +93,14 @@ def reference_logits(p, cfg, ids):
             if j == size - 1 or s == n - 1:
                 b.append(partial)
         hidden = route(p, n, b, eps)
-    elif cfg.residual == "delta_attnres":                     # METHOD 3.3
+    elif cfg.residual == "delta_attnres":                     # method §3.3
         x, deltas = e, []
         for s in range(n):
             delta = sublayer(p, s, x + route(p, s, [e] + deltas, eps), cfg)
             x = x + delta
             deltas.append(delta)
         hidden = x
-    elif cfg.residual == "delta_block":                       # METHOD 3.4 (+ §4 options)
+    elif cfg.residual == "delta_block":                       # method §3.4 (+ §4 options)
         size = math.ceil(n / cfg.num_blocks)
         x, block_deltas, start = e, [], None
         for s in range(n):
@@ -179,7 +179,7 @@ def test_block_attnres_with_2L_blocks_is_full_attnres():
         torch.testing.assert_close(block(ids).logits, full(ids).logits, rtol=0, atol=0)
 
 
-# METHOD §4: zero queries make these variants reproduce the standard model. RMSNorm's eps breaks
+# method §4: zero queries make these variants reproduce the standard model. RMSNorm's eps breaks
 # the identity by ~eps * n^2 / mean(x^2); a tiny eps keeps that far below the tolerance.
 PRESERVING = [("full_attnres", None, None), ("block_attnres", 2, None), ("block_attnres", 4, None),
               ("block_attnres", 1, None), ("delta_attnres", None, None),
@@ -209,7 +209,7 @@ def test_zero_queries_reproduce_standard_logits(residual, num_blocks, exact):
 
 @pytest.mark.parametrize("num_blocks", [1, 2, 4])
 def test_plain_delta_block_is_not_function_preserving(num_blocks):
-    """METHOD §4: h_s = x_s + mean(e, Delta_1, ...) is not a rescaling of x_s."""
+    """method §4: h_s = x_s + mean(e, Delta_1, ...) is not a rescaling of x_s."""
     expected, got = zero_init_pair("delta_block", num_blocks, None)
     scale = expected.abs().max()
     assert (got - expected).abs().max() > 0.05 * scale

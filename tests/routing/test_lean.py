@@ -75,7 +75,7 @@ def test_autocast_does_not_lower_the_logits():
 
 
 def test_saves_only_references_and_per_token_scalars():
-    """METHOD §5: no stacked copy of the sources and no normalised keys kept for backward."""
+    """method §5: no stacked copy of the sources and no normalised keys kept for backward."""
     queries, gains, *sources = inputs(2, 4, torch.float32, shape=(2, 16, 32))
     inv = [inv_rms(v, EPS) for v in sources]
     allowed = {t.untyped_storage().data_ptr() for t in (*sources, *inv)}

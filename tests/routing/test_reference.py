@@ -1,4 +1,4 @@
-"""The reference router against METHOD §2, written as a naive loop over sources and tokens."""
+"""The reference router against method §2, written as a naive loop over sources and tokens."""
 
 import pytest
 import torch

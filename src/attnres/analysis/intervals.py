@@ -1,9 +1,8 @@
-"""Statistics over seeds: mean, sample standard deviation, Student-t 95 % interval, median ratio."""
+"""Statistics over seeds: mean, sample standard deviation, Student-t 95 % interval."""
 
 from __future__ import annotations
 
 import math
-import numbers
 import statistics
 
 
@@ -33,15 +32,3 @@ def ci95_halfwidth(values: list[float]) -> float | None:
     if n < 2:
         return None
     return t_quantile_975(n - 1) * sample_std(values) / math.sqrt(n)
-
-
-def _finite(x) -> bool:
-    return isinstance(x, numbers.Real) and math.isfinite(x)
-
-
-def median_ratio(values: list, base: list) -> float | None:
-    """median(values) / median(base); None when any value is missing or not finite, or the base is not positive."""
-    if not all(_finite(v) for v in values + base):
-        return None
-    denominator = statistics.median(base)
-    return statistics.median(values) / denominator if denominator > 0 else None

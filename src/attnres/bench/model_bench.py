@@ -1,22 +1,21 @@
 """Whole-model costs of each variant against `standard`: training step, memory, prefill, decode.
 
 All models of one comparison live side by side and are timed interleaved (run_interleaved), so
-every variant sees the same machine conditions as the baseline it is divided by.
+every variant sees the same machine conditions as the baseline it is divided by. The model runner
+(`VariantRunner`) lives in `attnres.train.cost`, shared with `attnres compare`'s cost measurement.
 """
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Callable
 
 import torch
 
 from attnres.bench.config import BASELINE, BenchConfig
-from attnres.bench.timing import Task, ratio, run_interleaved
-from attnres.common.precision import autocast
-from attnres.model import AttnResLM, KVCache, ModelConfig, valid_num_blocks
+from attnres.common.timing import Task, ratio, run_interleaved
+from attnres.model import ModelConfig, valid_num_blocks
 from attnres.residual import VARIANTS
-from attnres.train.memory import measure_step_memory
+from attnres.train.cost import VariantRunner, device_sync, memory_ratios, release_memory
 
 
 def nearest_num_blocks(num_layers: int, requested: int) -> int:
@@ -38,96 +37,6 @@ def build_model_config(config: BenchConfig, residual: str, hidden_size: int, num
     return ModelConfig(vocab_size=config.vocab_size, hidden_size=hidden_size, num_layers=num_layers,
                        residual=residual, num_blocks=num_blocks, max_seq_len=max_seq_len,
                        routing_impl=config.routing_impl, **model_shape(hidden_size))
-
-
-def device_sync(device: torch.device) -> Callable[[], None] | None:
-    """torch.cuda.synchronize for a CUDA device, else None (CPU work is synchronous)."""
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return None
-
-
-class VariantRunner:
-    """One model with its AdamW and fixed inputs; the operations the benchmark times.
-
-    batch: (B, T) token ids for training and prefill; decode_ids: (B, K) tokens fed one at a time.
-    """
-
-    def __init__(self, model_config: ModelConfig, device: torch.device, precision: str, batch: torch.Tensor,
-                 decode_ids: torch.Tensor | None, seed: int) -> None:
-        torch.manual_seed(seed)  # every variant starts from the same shared weights
-        self.config = model_config
-        self.model = AttnResLM(model_config).to(device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-        self.batch, self.decode_ids = batch, decode_ids
-        self.precision = precision
-        self.device = device
-        self._cache: KVCache | None = None
-
-    def _autocast(self):
-        return autocast(self.device, self.precision)
-
-    def train_step(self) -> None:
-        """Forward with loss, backward, AdamW step on `batch`."""
-        self.optimizer.zero_grad(set_to_none=True)
-        with self._autocast():
-            loss = self.model(self.batch, labels=self.batch).loss
-        loss.backward()
-        self.optimizer.step()
-
-    @torch.no_grad()
-    def prefill(self) -> None:
-        """Forward of the whole prompt `batch` into a fresh KV cache (kept for the next decode)."""
-        cache = KVCache()
-        with self._autocast():
-            self.model(self.batch, cache=cache)
-        self._cache = cache
-
-    def decode_setup(self) -> None:
-        """Untimed: make sure a prefilled cache is ready (reuses the last prefill's cache)."""
-        if self._cache is None:
-            self.prefill()
-
-    @torch.no_grad()
-    def decode(self) -> None:
-        """Generate decode_ids.shape[1] tokens one at a time with the cache (consumes the cache)."""
-        cache, self._cache = self._cache, None
-        with self._autocast():
-            for t in range(self.decode_ids.shape[1]):
-                self.model(self.decode_ids[:, t:t + 1], cache=cache)
-
-    def memory(self) -> dict:
-        """Bytes of one training step: activation_bytes (saved for backward), peak_bytes, parameter_bytes,
-        non_activation_bytes = peak - activation.
-
-        CPU: peak is measure_step_memory's estimate (params + grads + 2 AdamW moments + activations).
-        CUDA: the allocator peak of the step minus what was resident before it (other models
-        included), plus this model's parameters and AdamW state.
-        """
-        self.model.zero_grad(set_to_none=True)
-        cuda = self.device.type == "cuda"
-        if cuda:
-            torch.cuda.synchronize(self.device)
-            resident = torch.cuda.memory_allocated(self.device)
-        result = measure_step_memory(self.model, self.batch, self.precision)
-        if cuda:
-            state = sum(t.numel() * t.element_size() for s in self.optimizer.state.values()
-                        for t in s.values() if torch.is_tensor(t))
-            result["peak_bytes"] = int(result["peak_bytes"] - resident + result["parameter_bytes"] + state)
-        result["non_activation_bytes"] = result["peak_bytes"] - result["activation_bytes"]
-        return result
-
-
-def _memory_ratios(memory: dict, base: dict) -> dict:
-    return {"peak_memory": ratio(memory["peak_bytes"], base["peak_bytes"]),
-            "activation_memory": ratio(memory["activation_bytes"], base["activation_bytes"]),
-            "non_activation_memory": ratio(memory["non_activation_bytes"], base["non_activation_bytes"])}
-
-
-def _release(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _inputs(config: BenchConfig, seq_len: int, decode_tokens: int, device: torch.device):
@@ -172,7 +81,7 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
         train, prefill, decode = (timings[f"{name}/{m}"] for m in ("train", "prefill", "decode"))
         results[name] = {
             "model": runner.config.to_dict(),
-            "parameters": sum(p.numel() for p in runner.model.parameters()),
+            "parameters": runner.parameters(),
             "train_step_s": train.to_dict(),
             "train_tokens_per_s": config.batch_size * config.seq_len / train.median,
             "prefill_s": prefill.to_dict(),
@@ -185,10 +94,10 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
             "train_step": ratio(row["train_step_s"]["median_s"], base["train_step_s"]["median_s"]),
             "prefill": ratio(row["prefill_s"]["median_s"], base["prefill_s"]["median_s"]),
             "decode_per_token": ratio(row["decode_per_token_s"]["median_s"], base["decode_per_token_s"]["median_s"]),
-            **_memory_ratios(row["memory"], base["memory"]),
+            **memory_ratios(row["memory"], base["memory"]),
         }
     del runners
-    _release(device)
+    release_memory(device)
     return {"hidden_size": config.hidden_size, "num_layers": config.num_layers, "seq_len": config.seq_len,
             "batch_size": config.batch_size, "decode_tokens": config.decode_tokens, "variants": results}
 
@@ -218,11 +127,11 @@ def run_depth_sweep(config: BenchConfig, log: Callable[[str], object] = print) -
         base = rows[BASELINE]
         for row in rows.values():
             row["ratios"] = {"train_step": ratio(row["train_step_s"]["median_s"], base["train_step_s"]["median_s"]),
-                             **_memory_ratios(row["memory"], base["memory"])}
+                             **memory_ratios(row["memory"], base["memory"])}
         sweep.append({"num_layers": depth, "num_blocks": nearest_num_blocks(depth, config.num_blocks),
                       "variants": rows})
         del runners
-        _release(device)
+        release_memory(device)
     return sweep
 
 

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from attnres.bench.config import BenchConfig
-from attnres.bench.model_bench import device_sync
-from attnres.bench.timing import Task, run_interleaved
+from attnres.common.timing import Task, run_interleaved
 from attnres.routing import Router, resolve_impl
+from attnres.train.cost import device_sync
 
 EPS = 1e-6
 

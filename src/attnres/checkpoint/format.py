@@ -7,8 +7,10 @@ Layout of `<run>/checkpoints/step_<N>/`:
   state.json             format, step, run config, scheduler, data position, optimizer hyper-parameters
                          (param_groups, with each group's parameter names), the size and sha256 of
                          every tensor file
-  config.json            the model's Hugging Face config (one-process format), so that
-                         `AutoModelForCausalLM.from_pretrained(<checkpoint dir>)` loads it (import attnres.hf)
+  config.json            the model's Hugging Face config with its special-token ids, generation_config.json
+  tokenizer.json, ...    and the run's tokenizer (one-process format; `attnres.checkpoint.hf_dir`), so that
+                         `AutoModelForCausalLM.from_pretrained(<checkpoint dir>)` (import attnres.hf) and
+                         `AutoTokenizer.from_pretrained(<checkpoint dir>)` load it
 
 A checkpoint is built in a hidden temporary directory and renamed into place (`publish`), so a
 process killed mid-save leaves the previous checkpoints as they were and no half-written one. The
@@ -82,13 +84,13 @@ def fresh_tmp_dir(root: Path, name: str) -> Path:
     return tmp
 
 
-def publish(tmp: Path, final: Path, state: dict, keep: int, hf_config: dict | None = None) -> None:
-    """Finish a checkpoint built in `tmp`: write state.json (and config.json), flush everything to disk,
-    rename `tmp` to `final` (replacing an older save of that step), keep the newest `keep`."""
+def publish(tmp: Path, final: Path, state: dict, keep: int, hf_files: dict[str, bytes] | None = None) -> None:
+    """Finish a checkpoint built in `tmp`: write state.json (and `hf_files`, {name: content}), flush
+    everything to disk, rename `tmp` to `final` (replacing an older save of that step), keep the newest `keep`."""
     root = final.parent
     write_json(tmp / "state.json", state)
-    if hf_config is not None:
-        write_json(tmp / "config.json", hf_config)
+    for name, content in (hf_files or {}).items():
+        (tmp / name).write_bytes(content)
     for file in tmp.iterdir():  # data on disk before the rename makes it visible
         _fsync(file)
     _fsync(tmp)

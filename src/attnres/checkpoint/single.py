@@ -15,10 +15,12 @@ from attnres.checkpoint.format import (FORMAT, TMP_PREFIX, Checkpoint, Checkpoin
 
 
 def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.optim.Optimizer,
-                    scheduler, run_config: dict, extra: dict, keep: int, hf_config: dict | None = None) -> Path:
+                    scheduler, run_config: dict, extra: dict, keep: int, hf_files: dict[str, bytes] | None = None
+                    ) -> Path:
     """Write checkpoint `step` atomically under `root`, then delete all but the newest `keep`.
 
-    hf_config, when given, is written as config.json (see the format's docstring)."""
+    hf_files, {name: content} (`attnres.checkpoint.hf_dir.hf_directory_files`), are written beside
+    the tensors so the checkpoint loads with transformers (see the format's docstring)."""
     final = checkpoint_path(root, step)
     tmp = fresh_tmp_dir(root, f"{TMP_PREFIX}{final.name}-{os.getpid()}")
     save_model(model, str(tmp / "model.safetensors"))
@@ -41,7 +43,7 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.op
         "extra": extra,
         "files": {name: file_digest(tmp / name) for name in ("model.safetensors", "trainer.safetensors")},
     }
-    publish(tmp, final, state, keep, hf_config)
+    publish(tmp, final, state, keep, hf_files)
     return final
 
 

@@ -1,1 +1,2 @@
-"""Small helpers every layer shares: value checks, atomic file writes, autocast. Imports nothing of attnres."""
+"""Small helpers every layer shares: value checks, atomic file writes, autocast, YAML settings files, machine
+information, interleaved timing. Imports nothing of attnres outside this package."""

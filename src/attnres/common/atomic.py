@@ -13,12 +13,41 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-def publish(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
-    """Rename the finished file or directory `tmp` to `target` (atomic on one filesystem).
+def umask_mode(directory: bool = False) -> int:
+    """The mode a new file (0o666) or directory (0o777) gets from open()/mkdir() under this process's umask."""
+    mask = _umask()
+    return (0o777 if directory else 0o666) & ~mask
 
-    mkstemp/mkdtemp create owner-only entries; published files are meant to be read like any other.
-    """
-    os.chmod(tmp, 0o755 if Path(tmp).is_dir() else 0o644)
+
+def _umask() -> int:
+    try:  # Linux reports it without changing it; os.umask can only be read by setting it
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: str | os.PathLike[str]) -> None:
+    """Give `path` (and, for a directory, everything inside it) the mode the umask gives new entries.
+
+    mkstemp/mkdtemp and some writers (safetensors' save_file) create owner-only entries; published
+    files are meant to be read like every other file the process writes."""
+    path = Path(path)
+    os.chmod(path, umask_mode(path.is_dir()))
+    if path.is_dir():
+        for entry in path.rglob("*"):
+            if not entry.is_symlink():
+                os.chmod(entry, umask_mode(entry.is_dir()))
+
+
+def publish(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Rename the finished file or directory `tmp` to `target` (atomic on one filesystem), after giving
+    it (and what it holds) the umask's mode (`apply_umask`)."""
+    apply_umask(tmp)
     os.replace(tmp, target)
 
 

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnres.common.checks import check_int
-from attnres.common.config_files import bundled_config_dir, bundled_presets, read_yaml_mapping
+from attnres.common.config_files import bundled_config_dir, bundled_presets, parse_assignment, read_yaml_mapping
+from attnres.compare.cost import CostSettings
 from attnres.model.config import variant_name
 from attnres.report.names import slug
 from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
@@ -17,15 +18,21 @@ VARIANT_MODEL_KEYS = ("residual", "num_blocks", "exact_conversion")
 VARIANT_TRAIN_KEYS = ("query_init",)
 
 
+PRESET_KEYS = ("description", "run", "variants", "seeds", "cost")
+COST_PREFIX = "cost."  # an override `cost.repeats=10` sets the cost measurement, not the run
+
+
 @dataclass(frozen=True)
 class ComparePreset:
-    """name, description, the base run dict (model without residual), variants, seeds."""
+    """name, description, the base run dict (model without residual), variants, seeds, and the
+    settings of the cost measurement after training (`cost:`, `CostSettings`)."""
 
     name: str
     description: str
     run: dict
     variants: list[dict]
     seeds: int
+    cost: CostSettings = CostSettings()
 
 
 def preset_dir() -> Path:
@@ -39,7 +46,8 @@ def available_presets() -> list[str]:
 
 
 def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
-    """A bundled preset by name, or a preset YAML file by path; `overrides` apply to its run."""
+    """A bundled preset by name, or a preset YAML file by path; `overrides` ("section.key=value") apply
+    to its run, those starting with "cost." to its cost settings (e.g. "cost.repeats=10")."""
     path = Path(name_or_path)
     if not path.suffix:
         path = preset_dir() / f"{name_or_path}.yaml"
@@ -48,10 +56,16 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
                                  f"(or give a path to a preset YAML file)")
     values = read_yaml_mapping(path, "preset file", "a mapping with description, run, variants, seeds",
                                RunConfigError)
-    unknown = sorted(set(values) - {"description", "run", "variants", "seeds"})
+    unknown = sorted(set(values) - set(PRESET_KEYS))
     if unknown:
-        raise RunConfigError(f"preset {path}: unknown key(s) {unknown}; allowed: description, run, variants, seeds")
-    run = apply_overrides(values.get("run", {}), list(overrides))
+        raise RunConfigError(f"preset {path}: unknown key(s) {unknown}; allowed: {', '.join(PRESET_KEYS)}")
+    cost_overrides = [item for item in overrides if item.strip().startswith(COST_PREFIX)]
+    run = apply_overrides(values.get("run", {}), [item for item in overrides if item not in cost_overrides])
+    cost = CostSettings.from_dict(values.get("cost"), f"preset {path}: cost")
+    if cost_overrides:
+        changed = dict(parse_assignment(item.strip()[len(COST_PREFIX):], "--set", "cost.key=value (e.g. cost.repeats=10)",
+                                        RunConfigError) for item in cost_overrides)
+        cost = CostSettings.from_dict({**cost.to_dict(), **changed}, "--set cost")
     variants = values.get("variants") or []
     if not any(isinstance(v, dict) and v.get("residual") == "standard" for v in variants):
         raise RunConfigError(f"preset {path}: 'variants' must list residual schemes and include standard")
@@ -59,7 +73,7 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
     check_int(seeds, f"preset {path}: seeds", error=RunConfigError)
     for variant in variants:  # validate every variant's run now, before any training starts
         variant_run(run, variant, seed=0, out_dir="unused")
-    return ComparePreset(path.stem, values.get("description", ""), run, variants, seeds)
+    return ComparePreset(path.stem, values.get("description", ""), run, variants, seeds, cost)
 
 
 def variant_run(base: dict, variant: dict, seed: int, out_dir: str) -> RunConfig:

@@ -1,9 +1,11 @@
-"""`attnres compare`: train every variant with the same data order, seed and token budget."""
+"""`attnres compare`: train every variant with the same data order, seed and token budget, then measure
+their cost in one process (`attnres.compare.cost`) and write the report (`attnres.report.compare_report`)."""
 
 from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -13,13 +15,14 @@ from attnres.analysis import collect_depth_stats
 from attnres.checkpoint import checkpoint_dirs
 from attnres.common.atomic import write_atomic
 from attnres.common.machine import machine_info
+from attnres.compare.cost import measure_costs
 from attnres.compare.presets import ComparePreset, variant_run, variant_slug
-from attnres.data import TokenBatches, eval_batches
+from attnres.compare.progress import CompareProgress
+from attnres.data import eval_batches, prepare_data
 from attnres.model.config import variant_name
 from attnres.report.compare_report import write_report
 from attnres.routing import resolve_impl
 from attnres.train import train
-from attnres.train.memory import measure_step_memory
 from attnres.train.metrics import read_metrics
 from attnres.train.run_config import RunConfig, RunConfigError
 
@@ -29,15 +32,33 @@ WARMUP_STEPS_EXCLUDED = 3  # first steps pay one-off costs (allocation, caches)
 RECORD_FILE = "compare_record.json"  # in each run's folder: its settings and results, once finished
 
 
+@dataclass
+class _PlannedRun:
+    """One run of the comparison: its variant, seed, settings, the record of a finished run (or None)
+    and whether this process (shard) trains it."""
+
+    variant: dict
+    seed: int
+    run: RunConfig
+    record: dict | None
+    mine: bool
+
+
 def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, command: str = "",
-                device: str = "cpu", log=print, shard: tuple[int, int] = (0, 1)) -> dict | None:
-    """Train preset.variants x seeds into out_dir/runs/, then write the report; returns results.
+                device: str = "cpu", log=print, shard: tuple[int, int] = (0, 1),
+                progress: bool | None = None) -> dict | None:
+    """Train preset.variants x seeds into out_dir/runs/, measure their cost, write the report; returns results.
 
     A run whose folder holds a finished record with the same settings is not trained again, and an
     interrupted run resumes from its last checkpoint, so a long comparison can be stopped and
     restarted. shard=(i, n) trains only runs i, i + n, ... (in seed-major order) and writes no
     report (returns None): n processes can share the work; a final unsharded call reuses their
-    records and writes the report.
+    records and writes the report. The cost measurement (`attnres.compare.cost.measure_costs`, every
+    variant interleaved in this process) is made anew by every call that writes the report: a
+    ratio is only meaningful between variants timed in the same rounds, and a record of an earlier
+    process would carry that machine's load into a report written on a quieter one.
+    progress: a bar over the whole comparison (True), plain progress lines through `log` (False), or
+    None for a bar only when stderr is a terminal (`CompareProgress`).
     """
     index, count = shard
     if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
@@ -45,24 +66,53 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
     out_dir = Path(out_dir)
     seed_list = list(range(seeds or preset.seeds))
     variants = [{"name": variant_name(v), **v, "runs": []} for v in preset.variants]
-    position = 0
+    plan = []
     for seed in seed_list:  # seeds outer, variants inner: a partial run still compares like with like
         for variant, spec in zip(variants, preset.variants):
             run = variant_run(preset.run, spec, seed, str(out_dir / "runs" / variant_slug(spec) / f"seed{seed}"))
-            mine, position = position % count == index, position + 1
-            record = _finished_record(run)
-            if record is not None:
-                log(f"[{variant['name']} seed {seed}] finished earlier: val loss {record['final_val_loss']:.4f}")
-            elif mine:
-                record = _train_variant(run, variant["name"], seed, device, log)
-            if record is not None:
-                variant["runs"].append(record)
-    if count > 1:
-        return None
+            plan.append(_PlannedRun(variant, seed, run, _finished_record(run), len(plan) % count == index))
+    todo = [p for p in plan if p.record is None and p.mine]
+    display = CompareProgress(sum(p.record is not None or p.mine for p in plan), sum(p.record is not None for p in plan),
+                              sum(p.run.train.steps for p in todo), log=log, interactive=progress)
+    try:
+        for planned in plan:
+            name = planned.variant["name"]
+            if planned.record is not None:
+                display.note(f"[{name} seed {planned.seed}] finished earlier: val loss "
+                             f"{planned.record['final_val_loss']:.4f}")
+            elif planned.mine:
+                planned.record = _train_variant(planned.run, name, planned.seed, device, display)
+            if planned.record is not None:
+                planned.variant["runs"].append(planned.record)
+        if count > 1:
+            return None
+        display.phase("measuring cost (every variant interleaved)")
+        cost = _measure_cost(preset, plan, device, display)
+        display.phase("writing the report")
+        results = _results(preset, command, device, seed_list, variants, cost)
+        write_report(results, out_dir)
+        return results
+    finally:
+        display.close()
+
+
+def _measure_cost(preset: ComparePreset, plan: list[_PlannedRun], device: str, display: CompareProgress) -> dict:
+    """`measure_costs` over each variant's first run's settings, with the tokenizer's vocabulary."""
+    first_runs: dict[str, RunConfig] = {}
+    for planned in plan:
+        first_runs.setdefault(planned.variant["name"], planned.run)
+    data = next(iter(first_runs.values())).data  # variants share the data settings: one tokenizer
+    vocab_size = prepare_data(data).tokenizer.vocab_size  # the token cache's: reads no documents
+    return measure_costs(first_runs, vocab_size, preset.cost, device, log=display.phase)
+
+
+def _results(preset: ComparePreset, command: str, device: str, seed_list: list[int], variants: list[dict],
+             cost: dict) -> dict:
+    """The results dict `write_report` documents."""
     settings = preset.run
     first = variant_run(preset.run, preset.variants[0], seed=0, out_dir="unused")
     routing_impl = first.build_model_config(vocab_size=256).routing_impl  # the same for every variant
-    results = {
+    return {
         "preset": preset.name, "description": preset.description, "command": command,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(torch.device(device)),
@@ -72,19 +122,19 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
                      "train": settings.get("train", {})},
         "seeds": seed_list,
         "variants": variants,
+        "cost": cost,
     }
-    write_report(results, out_dir)
-    return results
 
 
-def _train_variant(run, name: str, seed: int, device: str, log) -> dict:
+def _train_variant(run, name: str, seed: int, device: str, display: CompareProgress) -> dict:
     """Train (or resume) one run and write its record atomically into its folder."""
     resume = bool(checkpoint_dirs(Path(run.out_dir) / "checkpoints"))
-    log(f"[{name} seed {seed}] {'resuming' if resume else 'training'} {run.train.steps} steps ...")
-    result = train(run, resume=resume, device=device, log=log)
+    display.start_run(f"{name} seed {seed}", run.train.steps, "resuming" if resume else "training")
+    result = train(run, resume=resume, device=device, log=display.note, on_step=display.step)
     record = _run_record(run, result, seed, device)
     write_atomic(Path(run.out_dir) / RECORD_FILE, json.dumps({"run": run.to_dict(), "record": record}))
-    log(f"[{name} seed {seed}] val loss {result.final_val_loss:.4f}, median step {record['step_time_s']:.3f} s")
+    display.finish_run(f"{name} seed {seed}: val loss {result.final_val_loss:.4f}, median training step "
+                       f"{record['step_time_s']:.3f} s (wall time, not a cost measurement)")
     return record
 
 
@@ -115,8 +165,6 @@ def _run_record(run, result, seed: int, device: str) -> dict:
              or [r["step_time_s"] for r in records if "step_time_s" in r])
     cfg = run.train
     val = [b.to(device) for b in eval_batches(result.data.val_tokens, cfg.seq_len, cfg.batch_size, cfg.eval_batches)]
-    probe = TokenBatches(result.data.train_tokens, cfg.seq_len, cfg.batch_size, cfg.seed).next_batch().to(device)
-    memory = measure_step_memory(result.model, probe, cfg.precision)
     step_time = statistics.median(times)
     return {
         "seed": seed,
@@ -124,10 +172,8 @@ def _run_record(run, result, seed: int, device: str) -> dict:
         "val_curve": [[r["step"], r["val_loss"]] for r in records if "val_loss" in r],
         "train_curve": [[r["step"], r["loss"]] for r in records if "loss" in r],
         "final_val_loss": result.final_val_loss,
-        "step_time_s": step_time,
+        "step_time_s": step_time,  # wall time while training, runs one after another: not a cost figure
         "tokens_per_s": cfg.tokens_per_step / step_time,
         "tokens": cfg.steps * cfg.tokens_per_step,
-        "peak_memory_bytes": memory["peak_bytes"],
-        "activation_bytes": memory["activation_bytes"],
         "depth_stats": collect_depth_stats(result.model, val).to_dict(),
     }

@@ -29,7 +29,7 @@ from attnres.data.split import is_validation
 from attnres.data.tokenizer import TOKENIZER_FILE, Tokenizer, train_bpe
 
 SPLITS = ("train", "val")
-_BPE_VERSION = 1  # bump when train_bpe changes, so old cached tokenizers are not reused
+_BPE_VERSION = 2  # bump when train_bpe or the saved files change (2: pad_token declared), so old caches are not reused
 
 
 @dataclass

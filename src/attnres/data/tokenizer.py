@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -18,6 +19,11 @@ EOS_TOKEN = "<|endoftext|>"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+# What a Hugging Face tokenizer directory may hold: copied whole when a pretrained tokenizer is
+# saved again, so its chat template, BOS and padding tokens survive into runs and checkpoints.
+TOKENIZER_FILES = (TOKENIZER_FILE, CONFIG_FILE, SPECIAL_TOKENS_FILE, "added_tokens.json", "chat_template.jinja",
+                   "chat_template.json", "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model")
+SPECIAL_TOKENS = ("bos", "eos", "pad")  # the roles transformers' generate reads as <role>_token_id
 
 
 class Tokenizer:
@@ -27,7 +33,7 @@ class Tokenizer:
     strings inside a text are encoded as plain text, so only packing inserts EOS.
     """
 
-    def __init__(self, backend: _BackendTokenizer, eos_token: str) -> None:
+    def __init__(self, backend: _BackendTokenizer, eos_token: str, source: Path | None = None) -> None:
         eos_id = backend.token_to_id(eos_token)
         if eos_id is None:
             raise DataError(f"tokenizer: EOS token {eos_token!r} is not in the vocabulary")
@@ -36,6 +42,7 @@ class Tokenizer:
         self._backend.encode_special_tokens = True
         self._eos_token = eos_token
         self._eos_id = int(eos_id)
+        self._source = source  # the pretrained tokenizer directory this was loaded from, if any
         self._fingerprint = digest(backend.to_str() + "\x00" + eos_token, size=8)
 
     @property
@@ -71,16 +78,37 @@ class Tokenizer:
         return self._backend.decode([int(i) for i in ids], skip_special_tokens=False)
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write `tokenizer.json` and `tokenizer_config.json` (eos_token) into `directory`; returns it.
+        """Write the tokenizer into `directory`; returns it.
 
-        The directory reloads with `Tokenizer.load`, and with `transformers.AutoTokenizer`.
+        A pretrained tokenizer's files are copied as they are (`TOKENIZER_FILES`: chat template,
+        special tokens and all); a BPE trained here is written as `tokenizer.json` and
+        `tokenizer_config.json` (EOS, which also pads). The directory reloads with `Tokenizer.load`,
+        and with `transformers.AutoTokenizer`.
         """
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        if self._source is not None:
+            copy_tokenizer_files(self._source, directory)
+            return directory
         self._backend.save(str(directory / TOKENIZER_FILE))
-        config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": self._eos_token}
-        (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        (directory / CONFIG_FILE).write_text(json.dumps(self._bpe_config(), indent=2) + "\n", encoding="utf-8")
         return directory
+
+    def _bpe_config(self) -> dict:
+        # EOS separates documents; it doubles as the padding token so batched generation and
+        # scoring can pad (transformers' tokenizers refuse to pad without one).
+        return {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": self._eos_token, "pad_token": self._eos_token}
+
+    def special_token_ids(self) -> dict[str, int | None]:
+        """{"bos_token_id", "eos_token_id", "pad_token_id"}: what a saved copy of this tokenizer
+        declares (None for a role it has no token for), as a model's config.json carries them."""
+        declared = _declared_tokens(self._source) if self._source is not None else self._bpe_config()
+        ids = {}
+        for role in SPECIAL_TOKENS:
+            token = declared.get(f"{role}_token")
+            ids[f"{role}_token_id"] = None if token is None else self._backend.token_to_id(token)
+        ids["eos_token_id"] = self._eos_id
+        return ids
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Tokenizer:
@@ -97,8 +125,18 @@ class Tokenizer:
                 backend = _BackendTokenizer.from_file(str(directory / TOKENIZER_FILE))
             except Exception as exc:  # noqa: BLE001 - the Rust side raises plain Exception
                 raise DataError(f"tokenizer: cannot read {directory / TOKENIZER_FILE}: {exc}") from exc
-            return cls(backend, _eos_from_files(directory, backend))
+            return cls(backend, _eos_from_files(directory, backend), source=directory)
         return _load_transformers(directory)
+
+
+def copy_tokenizer_files(source: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[str]:
+    """Copy the `TOKENIZER_FILES` that `source` holds into `directory`; returns their names."""
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (Path(source) / name).is_file():
+            shutil.copyfile(Path(source) / name, Path(directory) / name)
+            copied.append(name)
+    return copied
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
@@ -116,18 +154,33 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> Tokenizer:
     return Tokenizer(backend, EOS_TOKEN)
 
 
-def _eos_from_files(directory: Path, backend: _BackendTokenizer) -> str:
+def _declared_tokens(directory: Path) -> dict[str, str]:
+    """"<role>_token" -> token string declared in tokenizer_config.json or special_tokens_map.json (the
+    first file that declares a role wins; a token may be a string or {"content": ...})."""
+    declared: dict[str, str] = {}
     for name in (CONFIG_FILE, SPECIAL_TOKENS_FILE):
         path = directory / name
-        if path.is_file():
-            try:
-                token = json.loads(path.read_text(encoding="utf-8")).get("eos_token")
-            except (json.JSONDecodeError, AttributeError) as exc:
-                raise DataError(f"tokenizer: cannot read {path}: {exc}") from exc
+        if not path.is_file():
+            continue
+        try:
+            values = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"tokenizer: cannot read {path}: {exc}") from exc
+        if not isinstance(values, dict):
+            raise DataError(f"tokenizer: {path} must hold a JSON object")
+        for role in SPECIAL_TOKENS:
+            token = values.get(f"{role}_token")
             if isinstance(token, dict):
                 token = token.get("content")
             if isinstance(token, str) and token:
-                return token
+                declared.setdefault(f"{role}_token", token)
+    return declared
+
+
+def _eos_from_files(directory: Path, backend: _BackendTokenizer) -> str:
+    token = _declared_tokens(directory).get("eos_token")
+    if token is not None:
+        return token
     special = {t.content for t in backend.get_added_tokens_decoder().values() if t.special}
     if EOS_TOKEN in special:
         return EOS_TOKEN
@@ -149,4 +202,4 @@ def _load_transformers(directory: Path) -> Tokenizer:
                         f"({type(loaded).__name__}); a fast one (tokenizer.json) is needed")
     if not loaded.eos_token:
         raise DataError(f"tokenizer: {str(directory)!r} has no eos_token; set one in its {CONFIG_FILE}")
-    return Tokenizer(backend, loaded.eos_token)
+    return Tokenizer(backend, loaded.eos_token, source=directory)

@@ -53,15 +53,15 @@ class Checkpointer:
         return _dcp().latest_checkpoint_shared(self.root)
 
     def save(self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, run_config: dict,
-             extra: dict, hf_config: dict | None = None) -> Path:
+             extra: dict, hf_files: dict[str, bytes] | None = None) -> Path:
         """Write checkpoint `step` atomically and drop old ones; returns its directory.
 
         `model` is whole (one process, or current on every rank) or FSDP-sharded; `extra` holds what
-        else the run needs to resume (its data position). hf_config (the one-process format only)
-        becomes config.json, so the checkpoint loads with transformers."""
+        else the run needs to resume (its data position). hf_files (the one-process format only:
+        config.json, generation_config.json, the tokenizer) make the checkpoint load with transformers."""
         if not self.distributed:
             return single.save_checkpoint(self.root, step, model, optimizer, scheduler, run_config, extra,
-                                          self.keep, hf_config=hf_config)
+                                          self.keep, hf_files=hf_files)
         return _dcp().save_dcp_checkpoint(self.root, step, model, optimizer, scheduler, run_config, extra,
                                           self.keep, self.parallel)
 

@@ -40,7 +40,7 @@ class PipelineSettings:
     layers_per_stage: decoder layers per stage in order, or None for an even split. Stage
     boundaries must fall on block boundaries unless allow_partial_blocks (then the current block's
     partial sum travels too). cache: send each source to a rank only once per micro-batch
-    (METHOD §5 cross-stage caching). Errors name fields as `<class name>.<field>`.
+    (method §5 cross-stage caching). Errors name fields as `<class name>.<field>`.
     """
 
     schedule: str = "1f1b"

@@ -1,4 +1,4 @@
-"""Cross-stage source cache with a gradient mailbox, and the per-step P2P byte counter (METHOD §5).
+"""Cross-stage source cache with a gradient mailbox, and the per-step P2P byte counter (method §5).
 
 With V virtual stages per rank (interleaved schedules), rank r runs stages r, r + P, r + 2P, ...
 A later stage on the rank needs every source (embedding, block summaries or deltas) that its

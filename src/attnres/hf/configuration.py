@@ -36,6 +36,11 @@ class AttnResConfig(PreTrainedConfig):
     initializer_range: float = 0.02
     routing_impl: str = "auto"
     use_cache: bool = True
+    # Special tokens (eos may be a list): carried from a converted model's source or a training run's
+    # tokenizer, so generate() stops at the end of sequence and pads with the right id.
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
+    pad_token_id: int | None = None
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

@@ -298,6 +298,14 @@ def read_hf_checkpoint(path) -> tuple[dict, dict[str, torch.Tensor]]:
     return hf_config, state
 
 
+def read_source_config(path) -> dict:
+    """The Hugging Face config dict of a checkpoint directory (its config.json) or a .gguf file (from its
+    metadata, through transformers); ConversionError when there is none."""
+    if str(path).endswith(".gguf"):
+        return read_gguf_config(path)
+    return _read_config(_checkpoint_directory(path))
+
+
 def _checkpoint_directory(path) -> Path:
     directory = Path(path)
     if not directory.exists():
@@ -397,19 +405,16 @@ def convert_checkpoint(path, residual: str = "standard", num_blocks: int | None 
     Config refusals come first, before any weight is read. Routers are not in the checkpoint and
     keep their initialisation (zero queries, zero gates), so `standard` and the function-preserving
     variants (`full_attnres`, `block_attnres`, `delta_attnres`, `delta_block` with
-    exact_conversion "gate" or "partial") compute the source model's logits (METHOD §4, up to the
+    exact_conversion "gate" or "partial") compute the source model's logits (method §4, up to the
     RMSNorm eps); plain `delta_block` does not.
     """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ConversionError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    if str(path).endswith(".gguf"):  # transformers reads and dequantises it (needs gguf, accelerate)
-        hf_config, read_weights = read_gguf_config(path), lambda: read_gguf_weights(path)
-    else:
-        directory = _checkpoint_directory(path)
-        hf_config, read_weights = _read_config(directory), lambda: _read_weights(directory)
-    config = model_config_from_hf(hf_config, residual=residual, num_blocks=num_blocks,
+    config = model_config_from_hf(read_source_config(path), residual=residual, num_blocks=num_blocks,
                                   exact_conversion=exact_conversion, max_seq_len=max_seq_len)
-    state = convert_state_dict(read_weights(), config)
+    gguf = str(path).endswith(".gguf")  # transformers reads and dequantises it (needs gguf, accelerate)
+    state = convert_state_dict(read_gguf_weights(path) if gguf else _read_weights(_checkpoint_directory(path)),
+                               config)
     # Build directly in `dtype` so a bf16 conversion never holds an fp32 copy of the model.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)

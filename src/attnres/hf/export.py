@@ -1,33 +1,80 @@
-"""Wrap an AttnResLM as AttnResForCausalLM and save it in Hugging Face format."""
+"""Wrap an AttnResLM as AttnResForCausalLM and save it in Hugging Face format; `attnres convert` end to end."""
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
+import torch
+from transformers import GenerationConfig
+
+from attnres.checkpoint.hf_dir import generation_defaults, read_generation_config, special_token_ids
+from attnres.common.atomic import publish
+from attnres.data.tokenizer import copy_tokenizer_files
 from attnres.hf.configuration import AttnResConfig
+from attnres.hf.convert import ConversionError, convert_checkpoint, read_source_config
 from attnres.hf.modeling import AttnResForCausalLM
 from attnres.model import AttnResLM
 
-# Tokenizer files copied from a converted checkpoint, so the output directory is self-contained.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                   "merges.txt", "tokenizer.model", "generation_config.json")
 
+def to_hf_model(model: AttnResLM, token_ids: dict | None = None, generation: dict | None = None
+                ) -> AttnResForCausalLM:
+    """An AttnResForCausalLM holding `model` itself (no copy of the weights).
 
-def to_hf_model(model: AttnResLM) -> AttnResForCausalLM:
-    """An AttnResForCausalLM holding `model` itself (no copy of the weights)."""
-    wrapper = AttnResForCausalLM(AttnResConfig.from_model_config(model.config))
+    token_ids: bos/eos/pad ids for its config (`special_token_ids`); generation: a source model's
+    generation_config.json fields (`generation_defaults` fills in the ids)."""
+    ids = {key: value for key, value in (token_ids or {}).items() if value is not None}
+    wrapper = AttnResForCausalLM(AttnResConfig.from_model_config(model.config, **ids))
     wrapper.model = model
+    wrapper.generation_config = GenerationConfig.from_dict(generation_defaults(ids, generation))
     return wrapper.eval()
 
 
-def save_hf(model: AttnResLM, out_dir: str | Path, tokenizer_dir: str | Path | None = None) -> Path:
-    """save_pretrained (safetensors + config.json) into out_dir, plus tokenizer files from tokenizer_dir."""
+def save_hf(model: AttnResLM, out_dir: str | Path, tokenizer_dir: str | Path | None = None,
+            token_ids: dict | None = None, generation: dict | None = None) -> Path:
+    """save_pretrained (model.safetensors, config.json, generation_config.json) plus the tokenizer
+    files of tokenizer_dir (`TOKENIZER_FILES`, chat template included) into out_dir; returns it.
+
+    The directory is built beside out_dir and renamed into place, so out_dir holds a whole model or
+    nothing; an out_dir that exists and is not empty is refused (nothing is overwritten).
+    token_ids and generation as in `to_hf_model`."""
     out = Path(out_dir)
-    to_hf_model(model).save_pretrained(out)
-    if tokenizer_dir is not None:
-        for name in TOKENIZER_FILES:
-            source = Path(tokenizer_dir) / name
-            if source.is_file():
-                shutil.copy2(source, out / name)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConversionError(f"output directory {str(out)!r} already exists and is not empty; choose another "
+                              f"--out or delete it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        to_hf_model(model, token_ids, generation).save_pretrained(tmp)
+        if tokenizer_dir is not None:
+            copy_tokenizer_files(tokenizer_dir, tmp)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        publish(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return out
+
+
+def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "standard", num_blocks: int | None = None,
+                  exact_conversion: str | None = None, dtype: torch.dtype = torch.float32,
+                  max_seq_len: int | None = None) -> tuple[Path, AttnResLM]:
+    """Convert a Hugging Face checkpoint directory or a .gguf file (`convert_checkpoint`) and save it
+    with `save_hf`, keeping what generation needs from the source: its special-token ids (config.json),
+    its generation defaults (generation_config.json, eos lists included; for a GGUF file, those
+    transformers derives from its metadata) and its tokenizer (copied, or the GGUF's embedded one
+    saved), chat template included. Returns (out_dir, the converted model)."""
+    model = convert_checkpoint(source, residual=residual, num_blocks=num_blocks, exact_conversion=exact_conversion,
+                               dtype=dtype, max_seq_len=max_seq_len)
+    ids = special_token_ids(read_source_config(source))
+    if str(source).endswith(".gguf"):
+        from attnres.hf.gguf import save_gguf_tokenizer
+
+        with tempfile.TemporaryDirectory() as tokenizer_dir:
+            save_gguf_tokenizer(source, tokenizer_dir)
+            out = save_hf(model, out_dir, tokenizer_dir, ids)
+    else:
+        out = save_hf(model, out_dir, source, ids, read_generation_config(source))
+    return out, model

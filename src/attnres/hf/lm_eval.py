@@ -18,8 +18,10 @@ def run_lm_eval(model_dir: str | Path, tasks: list[str], include_path: str | Pat
                 batch_size: int = 1, limit: int | None = None, device: str = "cpu", dtype: str = "float32") -> dict:
     """Evaluate the Hugging Face-format attnres model in `model_dir` on lm-eval `tasks`.
 
-    include_path: a folder of extra task YAMLs (e.g. local `dataset_path: json` tasks). Returns
-    lm-eval's "results" dict: {task: {"acc,none": ..., ...}}.
+    include_path: a folder of extra task YAMLs (e.g. local `dataset_path: json` tasks). batch_size > 1
+    pads: lm-eval right-pads scoring batches (no mask needed, attention is causal) and left-pads
+    generation batches with an attention_mask, which AttnResForCausalLM honours, so scores equal
+    those at batch size 1. Returns lm-eval's "results" dict: {task: {"acc,none": ..., ...}}.
     """
     import lm_eval
     from lm_eval.tasks import TaskManager

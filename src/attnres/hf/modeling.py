@@ -57,23 +57,26 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
         self.model.lm_head = value
 
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
-                cache=None, labels: torch.LongTensor | None = None, use_cache: bool | None = None,
-                return_routing: bool = False, past_key_values=None, **unused) -> CausalLMOutputWithPast:
+                position_ids: torch.LongTensor | None = None, cache=None, labels: torch.LongTensor | None = None,
+                use_cache: bool | None = None, return_routing: bool = False, past_key_values=None,
+                **unused) -> CausalLMOutputWithPast:
         """input_ids (B, T) -> CausalLMOutputWithPast(loss, logits (B, T, V), cache).
 
         cache (transformers 5's name; `past_key_values` is accepted too): the KV cache of earlier
-        positions. attention_mask must be all ones: padded batches are not supported yet.
+        positions. attention_mask (B, T_past + T), 1 = real token, 0 = padding: padded batches, left
+        padded for `generate`, right padded for scoring, give every real token the logits of its
+        sequence alone (see AttnResLM.forward). position_ids (B, T) or (1, T), as `generate` passes
+        them, are used as given; `cache_position` is not needed (caches append in order) and ignored.
+        Labels at padding should be -100.
         """
         cache = cache if cache is not None else past_key_values
         if input_ids is None:
             raise ValueError("AttnResForCausalLM needs input_ids (inputs_embeds is not supported)")
-        if attention_mask is not None and not bool(attention_mask.all()):
-            raise ValueError("AttnResForCausalLM does not support padding yet: attention_mask must be all ones "
-                             "(generate one sequence at a time, or batch sequences of equal length)")
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
-        out = self.model(input_ids, labels=labels, return_routing=return_routing, cache=cache if use_cache else None)
+        out = self.model(input_ids, labels=labels, return_routing=return_routing, cache=cache if use_cache else None,
+                         attention_mask=attention_mask, position_ids=position_ids)
         result = CausalLMOutputWithPast(loss=out.loss, logits=out.logits, cache=cache if use_cache else None)
         if return_routing:
             result["routing"] = out.routing

@@ -2,7 +2,9 @@
 
 Routing needs no cache of its own: it mixes depth sources per token, so only attention looks
 across positions. The interface (`update(k, v, layer_idx)`, `get_seq_length()`) is the one Hugging
-Face's Cache classes have, so either can be passed to AttnResLM.
+Face's Cache classes have, so either can be passed to AttnResLM. A padded batch's pads are cached
+like any other position; the attention mask, which covers cached positions too, keeps real tokens
+from reading them.
 
 Storage is preallocated: each layer holds (B, H_kv, capacity, hd) buffers that new positions are
 copied into in place, and attention reads a view of the filled part. Nothing is concatenated per

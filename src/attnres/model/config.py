@@ -31,7 +31,7 @@ class ModelConfig:
     variants only) counts blocks of sub-layers (a transformer layer has two). `exact_conversion`
     (delta_block only) makes the zero-query model reproduce a standard model: "gate" adds a
     zero-initialised scalar gate per router, "partial" adds the current block's partial sum as a
-    source (METHOD §4).
+    source (method §4).
     `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
     keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
     `routing_impl` (one of `attnres.routing.IMPLS`) picks how routers compute, never what they compute.

@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from attnres.model.config import ModelConfig
 from attnres.model.init import init_module
-from attnres.model.layers import DecoderLayer, RotaryEmbedding
+from attnres.model.layers import DecoderLayer, RotaryEmbedding, padded_causal_mask, padded_positions
 from attnres.norm import RMSNorm
 from attnres.residual import ResidualScheme, StreamState, build_residual
 
@@ -75,7 +75,8 @@ class AttnResLM(nn.Module):
             init_module(module, self.config.init_std)
 
     def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None,
-                return_routing: bool = False, cache=None) -> CausalLMOutput:
+                return_routing: bool = False, cache=None, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> CausalLMOutput:
         """input_ids (B, T) int -> CausalLMOutput.
 
         labels (B, T): next-token targets, shifted inside (position t predicts labels[t + 1]);
@@ -83,31 +84,55 @@ class AttnResLM(nn.Module):
         tensor of softmax weights per router, in the order of `self.routers`. cache: a KVCache (or a
         Hugging Face Cache) holding earlier positions; input_ids are then the next positions, and the
         cache is updated in place and returned as `out.cache`.
+
+        attention_mask (B, T_past + T), bool or integer, 1 = real token, 0 = padding, covering the
+        cached positions and the new ones (as transformers' `generate` extends it): left padding
+        (generation) and right padding (scoring) both work. A real token's rotary position is the
+        number of real tokens before it and no real token attends to a pad, so every real token's
+        logits and routing are those of its sequence run alone; a pad's own outputs are finite and
+        meaningless, and the loss counts a target only where it and the token predicting it are
+        both real (a left pad never predicts the first token). position_ids (B, T) or (1, T): rotary
+        positions of the new tokens, used instead of those from the mask (transformers' `generate`
+        passes them). Without a mask, or with an all-ones one seen on a first call, the fast causal
+        path runs and no mask is built.
         """
         past = cache.get_seq_length() if cache is not None else 0
         self._check_input_ids(input_ids, past)
-        positions = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
+        attention_mask = self._padding_mask(attention_mask, input_ids, past)
+        new = input_ids.shape[1]
+        if position_ids is not None:
+            self._check_position_ids(position_ids, input_ids)
+            positions = position_ids[:, None]  # (B or 1, 1, T): one rotary table per row, shared by the heads
+        elif attention_mask is not None:
+            positions = padded_positions(attention_mask, new)[:, None]
+        else:
+            positions = torch.arange(past, past + new, device=input_ids.device)
+        mask = None if attention_mask is None else padded_causal_mask(attention_mask, new)
         embedding = self.embed_tokens(input_ids)
         rope = self.rotary(positions, embedding.dtype)
         state = self.residual.start(embedding, record_routing=return_routing)
-        self.run_sublayers(state, 0, self.config.num_sublayers, rope, cache)
+        self.run_sublayers(state, 0, self.config.num_sublayers, rope, cache, mask)
         logits = self.output_logits(state)
+        if labels is not None and attention_mask is not None:
+            labels = _labels_of_real_tokens(labels, attention_mask[:, past:])
         loss = None if labels is None else next_token_loss(logits, labels)
         return CausalLMOutput(logits=logits, loss=loss, routing=state.routing, cache=cache)
 
     def run_sublayers(self, state: StreamState, start: int, stop: int, rope: tuple[torch.Tensor, torch.Tensor],
-                      cache=None) -> StreamState:
+                      cache=None, mask: torch.Tensor | None = None) -> StreamState:
         """Advance `state` through sub-layers start .. stop - 1 (even = attention, odd = MLP) in place.
 
         The one loop over sub-layers: `forward` runs all 2L, a pipeline stage runs its own range on
-        a state rebuilt from what it received. rope: (cos, sin), each (T, head_dim).
+        a state rebuilt from what it received. rope: (cos, sin), each (T, head_dim) or, per row,
+        (B, 1, T, head_dim). mask: None (causal) or the (B, 1, T, T_past + T) boolean attention mask
+        of a padded batch (`layers.padded_causal_mask`); only attention reads it, routing is per token.
         """
         for s in range(start, stop):
             i = s // 2
             layer = self.layers[i]
             h = self.residual.sublayer_input(s, state)
             if s % 2 == 0:
-                delta = self._sublayer(layer.attention_delta, h, rope, cache, i)
+                delta = self._sublayer(layer.attention_delta, h, rope, cache, i, mask)
             else:
                 delta = self._sublayer(layer.mlp_delta, h)
             self.residual.after(s, state, delta)
@@ -130,14 +155,65 @@ class AttnResLM(nn.Module):
         if past + input_ids.shape[1] > self.config.max_seq_len:
             raise ValueError(f"input_ids has seq_len {input_ids.shape[1]} after {past} cached positions, longer "
                              f"than the configured maximum ModelConfig.max_seq_len={self.config.max_seq_len}")
-        if torch.compiler.is_compiling() or input_ids.numel() == 0:
-            return  # the range check reads values back; compiled graphs skip it
-        if past and input_ids.device.type != "cpu":
-            return  # reading ids back from an accelerator stalls it: checked on the first call only
+        if not _may_read_back(input_ids, past):
+            return
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= self.config.vocab_size:
             raise ValueError(f"input_ids must be token ids in [0, vocab_size={self.config.vocab_size}), "
                              f"got values from {low} to {high}")
+
+    @staticmethod
+    def _padding_mask(attention_mask: torch.Tensor | None, input_ids: torch.Tensor, past: int) -> torch.Tensor | None:
+        """The checked attention_mask (B, T_past + T), or None where it is seen to be all ones (no padding)."""
+        if attention_mask is None:
+            return None
+        expected = (input_ids.shape[0], past + input_ids.shape[1])
+        if tuple(attention_mask.shape) != expected:
+            raise ValueError(f"attention_mask must have shape (batch, cached + new positions) = {expected}, "
+                             f"1 = real token and 0 = padding, got {tuple(attention_mask.shape)}")
+        if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
+            raise ValueError(f"attention_mask must be a bool or integer tensor of shape {expected} "
+                             f"(1 = real token, 0 = padding), got dtype {attention_mask.dtype}")
+        if not _may_read_back(attention_mask, past):
+            return attention_mask
+        low, high = torch.stack(attention_mask.long().aminmax()).tolist()  # one read-back for both checks
+        if low < 0 or high > 1:
+            raise ValueError(f"attention_mask must hold 1 (real token) and 0 (padding), "
+                             f"got values from {low} to {high}")
+        # All ones is no padding: drop the mask so attention keeps is_causal SDPA (flash kernels).
+        return None if low == 1 else attention_mask
+
+    @staticmethod
+    def _check_position_ids(position_ids: torch.Tensor, input_ids: torch.Tensor) -> None:
+        b, t = input_ids.shape
+        if position_ids.dim() != 2 or position_ids.shape[0] not in (1, b) or position_ids.shape[1] != t:
+            raise ValueError(f"position_ids must have shape ({b}, {t}) or (1, {t}) like input_ids, "
+                             f"got {tuple(position_ids.shape)}")
+        if position_ids.dtype.is_floating_point or position_ids.dtype.is_complex or position_ids.dtype == torch.bool:
+            raise ValueError(f"position_ids must be an integer tensor, got dtype {position_ids.dtype}")
+
+
+def _may_read_back(tensor: torch.Tensor, past: int) -> bool:
+    """Whether a check may read `tensor`'s values back to the host.
+
+    Not while compiling (a graph break), not for an empty tensor, and on an accelerator only on a
+    sequence's first call (no cached positions): one read-back per prompt is negligible, while one
+    per decoded token would stall the device every step. On the CPU reading back costs nothing.
+    """
+    if torch.compiler.is_compiling() or tensor.numel() == 0:
+        return False
+    return past == 0 or tensor.device.type == "cpu"
+
+
+def _labels_of_real_tokens(labels: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """labels (B, T) with -100 wherever the target or the token predicting it (at t - 1) is padding
+    (real (B, T) == 0), so nothing is learnt from a pad's output or about a pad. Labels of another
+    shape are returned as they are, for next_token_loss to refuse with its message."""
+    if labels.shape != real.shape:
+        return labels
+    real = real.bool()
+    predicted_from_real = torch.cat([real[:, :1], real[:, :-1]], dim=1)  # column 0 is never a target
+    return labels.masked_fill(~(real & predicted_from_real), -100)
 
 
 def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -148,4 +224,3 @@ def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     if labels.shape != logits.shape[:2]:
         raise ValueError(f"labels must have shape {tuple(logits.shape[:2])} like input_ids, got {tuple(labels.shape)}")
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
-

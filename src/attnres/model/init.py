@@ -10,7 +10,7 @@ from attnres.routing import DepthMixer
 
 def init_module(module: nn.Module, std: float) -> None:
     """Initialise `module`'s own parameters: linear and embedding weights N(0, std) and biases 0 (as
-    transformers initialises Qwen3/Llama), norm gains 1, depth mixers by their method's rule (METHOD §2:
+    transformers initialises Qwen3/Llama), norm gains 1, depth mixers by their method's rule (method §2:
     zero queries, unit key gains, zero gates). Other modules are left alone."""
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, mean=0.0, std=std)

@@ -23,23 +23,54 @@ class RotaryEmbedding(nn.Module):
         self.head_dim, self.theta = head_dim, theta
 
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions (T,) -> cos, sin of shape (T, head_dim) in `dtype`, computed in >= fp32."""
+        """positions (..., T) -> cos, sin of shape (..., T, head_dim) in `dtype`, computed in >= fp32.
+
+        (T,) positions shared by the batch give (T, head_dim) tables; per-row positions of a padded
+        batch, shaped (B, 1, T), give (B, 1, T, head_dim), which broadcasts over the heads."""
         # Frequencies in fp32, as Qwen3/Llama checkpoints were trained with, so conversions match
         # exactly; recomputed per call (head_dim / 2 values) rather than held in a buffer, which a
         # meta-device construction (transformers' from_pretrained) would leave uninitialised.
         exponents = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=positions.device) / self.head_dim
         inv_freq = 1.0 / (self.theta ** exponents)
         compute = torch.promote_types(dtype, torch.float32)
-        angles = positions.to(compute)[:, None] * inv_freq.to(compute)[None, :]
+        angles = positions.to(compute)[..., None] * inv_freq.to(compute)
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x (B, H, T, hd) rotated by position: x * cos + rotate_half(x) * sin."""
+    """x (B, H, T, hd) rotated by position: x * cos + rotate_half(x) * sin; cos, sin (T, hd) or (B, 1, T, hd)."""
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
+
+
+def padded_positions(attention_mask: torch.Tensor, new: int) -> torch.Tensor:
+    """Rotary positions (B, new) of the last `new` columns of attention_mask (B, T_past + new).
+
+    A real token's position is the number of real tokens before it (as transformers' Llama and
+    Qwen3 under `generate`), so a padded row rotates its tokens exactly as the row alone would.
+    A left pad gets position 0 and a right pad its last real token's position: harmless, since no
+    real token attends to a pad.
+    """
+    real_before = attention_mask.long().cumsum(-1) - 1
+    return real_before[:, attention_mask.shape[1] - new:].clamp(min=0)
+
+
+def padded_causal_mask(attention_mask: torch.Tensor, new: int) -> torch.Tensor:
+    """SDPA boolean mask (B, 1, new, T_past + new), True = may attend, from attention_mask (B, T_past + new).
+
+    New query i (absolute column T_past + i) sees the real keys up to itself, and always its own
+    key: a left pad's row would otherwise see no key at all and SDPA would give NaN; its own key
+    keeps it finite, and its output belongs to a pad, which no real token reads.
+    """
+    total = attention_mask.shape[1]
+    past = total - new
+    query_column = torch.arange(past, total, device=attention_mask.device)[:, None]
+    key_column = torch.arange(total, device=attention_mask.device)[None, :]
+    causal = key_column <= query_column
+    own_key = key_column == query_column
+    return causal & (attention_mask.bool()[:, None, None, :] | own_key)
 
 
 class Attention(nn.Module):
@@ -58,11 +89,13 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.head_dim, config.norm_eps) if config.qk_norm else nn.Identity()
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache=None,
-                layer_idx: int = 0) -> torch.Tensor:
-        """x (B, T, D), rope = (cos, sin) each (T, hd) for the T new positions -> (B, T, D).
+                layer_idx: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, D), rope = (cos, sin) each (T, hd) or (B, 1, T, hd) for the T new positions -> (B, T, D).
 
         cache: None, or an object with `update(k, v, layer_idx) -> (k_all, v_all)` (attnres.model.KVCache
-        or a Hugging Face Cache) holding the keys and values of earlier positions.
+        or a Hugging Face Cache) holding the keys and values of earlier positions. mask: None (causal
+        attention, every key real), or a boolean (B, 1, T, T_past + T) of the keys each new query may
+        see (`padded_causal_mask`), for padded batches.
         """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
@@ -76,7 +109,9 @@ class Attention(nn.Module):
         if groups > 1:
             k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         past = k.shape[2] - t
-        if past == 0:
+        if mask is not None:  # a padded batch: causality and padding are both in the mask
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        elif past == 0:
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         elif t == 1:  # one new token (decoding) sees every key: no mask to build
             out = F.scaled_dot_product_attention(q, k, v)
@@ -111,9 +146,9 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(config)
 
     def attention_delta(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache=None,
-                        layer_idx: int = 0) -> torch.Tensor:
-        """Even sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D); `cache` as in Attention.forward."""
-        return self.self_attn(self.input_layernorm(h), rope, cache, layer_idx)
+                        layer_idx: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Even sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D); `cache` and `mask` as in Attention.forward."""
+        return self.self_attn(self.input_layernorm(h), rope, cache, layer_idx, mask)
 
     def mlp_delta(self, h: torch.Tensor) -> torch.Tensor:
         """Odd sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D)."""

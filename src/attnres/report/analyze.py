@@ -63,6 +63,7 @@ class CheckpointAnalysis:
     source_cosines: list[list[list[float]]]
     grad_norms: list[float]
     summary: dict = field(default_factory=dict)
+    exact_conversion: str | None = None  # with residual and num_blocks: the variant, for its figure style
 
     def to_dict(self) -> dict:
         """Every field, as nested plain dicts and lists."""
@@ -99,6 +100,7 @@ def _check_checkpoint_dir(path: Path) -> None:
 def analyze_checkpoint(path: str | Path, label: str | None = None, max_batches: int = DEFAULT_MAX_BATCHES,
                        device: str = "cpu") -> CheckpointAnalysis:
     """Load checkpoint `path` (or a run directory's latest) and measure it on `max_batches` held-out batches."""
+    _check_checkpoint_dir(Path(path))  # before resolving: its message says what such a folder is for
     resolved = resolve_checkpoint(path)
     _check_checkpoint_dir(resolved)
     loaded = load_checkpoint(resolved, device)
@@ -112,7 +114,8 @@ def analyze_checkpoint(path: str | Path, label: str | None = None, max_batches: 
     result = CheckpointAnalysis(
         label=label or f"{variant_name(config)} step {loaded.checkpoint.step}",
         checkpoint=str(loaded.checkpoint.path), step=loaded.checkpoint.step, variant=variant_name(config),
-        residual=config["residual"], num_blocks=config.get("num_blocks"), num_layers=config["num_layers"],
+        residual=config["residual"], num_blocks=config.get("num_blocks"),
+        exact_conversion=config.get("exact_conversion"), num_layers=config["num_layers"],
         hidden_size=config["hidden_size"], num_parameters=sum(p.numel() for p in model.parameters()),
         num_batches=len(batches), num_tokens=stats.num_tokens, depth_stats=stats.to_dict(),
         source_cosines=cosines, grad_norms=grads, summary=summarize_checkpoint(stats, grads), **loss)

@@ -39,9 +39,12 @@ def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dic
     """Draw every figure. Returns the shared figures [(rel path, alt, caption)], per-label figures
     {label: {"routing": (...), "cosines": (...)}} and notes on what was skipped."""
     from attnres.report import analyze_plots, plots  # matplotlib is slow to import: only when a report is written
+    from attnres.report.plots import heatmap_matrix, source_key
+    from attnres.report.style import series_styles
 
     fig_dir = out_dir / "figures"
     stats = {e["label"]: e["depth_stats"] for e in entries}
+    styles = series_styles({e["label"]: e for e in entries})  # each variant's look, as in every report
     routed = [e for e in entries if e["depth_stats"]["source_names"]]
     notes = [f"{e['label']} ({e['residual']}) has no routers: it appears in the hidden-RMS and gradient figures "
              "only; routing heatmaps, cosine matrices, max weight and entropy skip it." for e in entries
@@ -52,28 +55,29 @@ def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dic
         return [None if len(n) < 2 else v for v, n in zip(values, names)]
 
     plots.plot_max_weight_by_depth({e["label"]: stats[e["label"]]["max_weight"] for e in routed},
-                                   fig_dir / "max_weight_by_depth.png", "Routing sharpness by depth")
+                                   fig_dir / "max_weight_by_depth.png", "Routing sharpness by depth", styles)
     shared.append(("figures/max_weight_by_depth.png", "max routing weight by depth",
                    "Token-mean of each router's largest weight, one line per checkpoint: 1/n means uniform over n "
-                   "sources, 1 means one source takes everything. Single-source routers are left out; the "
-                   "last tick of a replacement variant is its final router."))
+                   "sources, 1 means one source takes everything. Single-source routers (such as router 0, which "
+                   "sees only the embedding) have no point; the last tick of a replacement variant is its final "
+                   "router."))
     analyze_plots.plot_entropy_by_depth(
         {e["label"]: single_source_none(stats[e["label"]]["entropy"], stats[e["label"]]["source_names"])
          for e in routed},
         {e["label"]: single_source_none(stats[e["label"]]["effective_sources"], stats[e["label"]]["source_names"])
          for e in routed},
-        fig_dir / "entropy_by_depth.png", "Routing entropy and effective sources by depth")
+        fig_dir / "entropy_by_depth.png", "Routing entropy and effective sources by depth", styles)
     shared.append(("figures/entropy_by_depth.png", "routing entropy and effective number of sources by depth",
-                   "Left: token-mean entropy of each router's weights in nats (0 = one source, ln n = uniform). "
-                   "Right: token-mean effective number of sources exp(H) (1 .. n). Single-source routers are "
-                   "left out."))
+                   "Top: token-mean entropy of each router's weights in nats (0 = one source, ln n = uniform). "
+                   "Bottom: token-mean effective number of sources exp(H) (1 .. n). Single-source routers have "
+                   "no point."))
     plots.plot_hidden_rms_by_depth({e["label"]: stats[e["label"]]["hidden_rms"] for e in entries},
-                                   fig_dir / "hidden_rms_by_depth.png", "Hidden-state RMS by depth")
+                                   fig_dir / "hidden_rms_by_depth.png", "Hidden-state RMS by depth", styles)
     shared.append(("figures/hidden_rms_by_depth.png", "hidden-state RMS by depth",
                    "RMS of each sub-layer's input h_s and of the final hidden state, one line per checkpoint; a "
                    "steady rise with depth is the growth that dilutes deep layers' contributions."))
     analyze_plots.plot_grad_norms_by_depth({e["label"]: e["grad_norms"] for e in entries},
-                                           fig_dir / "grad_norm_by_depth.png", "Gradient scale by depth")
+                                           fig_dir / "grad_norm_by_depth.png", "Gradient scale by depth", styles)
     shared.append(("figures/grad_norm_by_depth.png", "gradient RMS by depth",
                    "RMS of the gradient of the summed next-token loss with respect to each sub-layer's output "
                    "(one token's loss terms; even: attention, odd: MLP), one line per checkpoint."))
@@ -86,12 +90,12 @@ def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dic
         rel = f"figures/routing_{name}.png"
         analyze_plots.plot_routing_heatmap_split(names, e["depth_stats"]["mean_weights"], out_dir / rel,
                                                  f"Routing weights: {e['label']}")
+        columns = heatmap_matrix(names, e["depth_stats"]["mean_weights"])[0]
         figures = {"routing": (rel, f"routing weights of {e['label']}",
                                f"{e['label']}: mean weight each router (row) gives each source (column), "
-                               "attention routers (even sub-layers) left, MLP routers (odd sub-layers) right with "
-                               "the final router, where the variant has one, as the last row. Blank cells are "
-                               "sources the router cannot see; e is the embedding, d/b/D completed "
-                               "sub-layers/blocks, p the current block's partial sum.")}
+                               "attention routers (even sub-layers) on top, MLP routers (odd sub-layers) below "
+                               "with the final router, where the variant has one, as the last row. Blank cells "
+                               f"are sources the router cannot see. Sources: {source_key(columns)}.")}
         chosen = cosine_routers(names)
         e["cosine_routers"] = chosen
         if chosen:
@@ -101,9 +105,11 @@ def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dic
                 out_dir / rel, f"Source cosine similarity: {e['label']}")
             figures["cosines"] = (rel, f"source cosine similarity of {e['label']}",
                                   f"{e['label']}: token-mean cosine similarity between the sources of "
-                                  f"{', '.join(_router_name(r, len(names)) for r in chosen)}. Near 1: the "
-                                  "router chooses between nearly identical directions. All routers' matrices "
-                                  "are in analysis.json.")
+                                  f"{', '.join(_router_name(r, len(names)) for r in chosen)}, one panel each "
+                                  "(red: the same direction, blue: opposite). Near 1: the router chooses between "
+                                  "nearly identical directions. Sources: "
+                                  f"{source_key([n for r in chosen for n in names[r]])}. "
+                                  "All routers' matrices are in analysis.json.")
         else:
             notes.append(f"{e['label']}: no router with two or more sources, so no cosine matrices.")
         per_label[e["label"]] = figures

@@ -37,7 +37,20 @@ def _interval(mean, halfwidth) -> str:
 
 
 RESULT_HEADER = ["variant", "val loss (mean ± std)", "perplexity (mean ± std)", "perplexity 95% CI", "Δ loss vs standard",
-                 "step time ×", "peak memory ×", "max weight (deepest third)"]
+                 "train step × (range)", "peak memory ×", "max weight (deepest third)"]
+
+
+def step_ratio_cell(entry: dict, is_baseline: bool = False) -> str:
+    """The training-step ratio as a table prints it: "2.04× (1.95–2.10)" with the per-round range,
+    "noisy (0.98–2.61×)" when the range is too wide to quote a number, "-" when not measured."""
+    ratio, low, high = entry.get("step_time_ratio"), entry.get("step_time_low"), entry.get("step_time_high")
+    if ratio is None:
+        return "-"
+    if is_baseline:
+        return fmt(ratio, ".2f", "×")
+    if entry.get("step_time_noisy"):
+        return f"noisy ({low:.2f}–{high:.2f}×)"
+    return f"{ratio:.2f}× ({low:.2f}–{high:.2f})"
 
 
 def result_row(name: str, entry: dict, is_baseline: bool) -> list[str]:
@@ -46,17 +59,31 @@ def result_row(name: str, entry: dict, is_baseline: bool) -> list[str]:
     return [name, _pm(entry["val_loss_mean"], entry["val_loss_std"], n, ".3f"),
             _pm(entry["ppl_mean"], entry["ppl_std"], n, ".2f"), _interval(entry["ppl_mean"], entry.get("ppl_ci95")),
             "baseline" if is_baseline else signed(entry["delta_vs_standard"]),
-            fmt(entry["step_time_ratio"], ".2f", "×"), fmt(entry["peak_memory_ratio"], ".2f", "×"),
+            step_ratio_cell(entry, is_baseline), fmt(entry.get("peak_memory_ratio"), ".2f", "×"),
             fmt(entry["max_weight_deep"], ".3f")]
 
 
-RUN_HEADER = ["variant", "seed", "final val loss", "step time (s)", "peak memory (bytes)",
-              "activations (bytes)", "tokens/s"]
+COST_HEADER = ["variant", "train step (ms)", "step × standard", "per-round range", "peak memory (MiB)", "peak ×",
+               "activations (MiB)", "activations ×"]
+
+
+def cost_row(name: str, entry: dict, is_baseline: bool) -> list[str]:
+    """One row of the cost table: the median step, its ratio to standard ("noisy" instead of a number
+    when the rounds disagree too much), the per-round range, memory and its ratios."""
+    ratio, low, high = entry.get("step_time_ratio"), entry.get("step_time_low"), entry.get("step_time_high")
+    shown = "baseline" if is_baseline else "noisy" if entry.get("step_time_noisy") else fmt(ratio, ".2f", "×")
+    span = "-" if is_baseline or low is None else f"{low:.2f}–{high:.2f}×"
+    mib = {key: None if entry.get(key) is None else entry[key] / 2**20 for key in ("peak_memory_bytes", "activation_bytes")}
+    return [name, fmt(None if entry.get("step_time_s") is None else entry["step_time_s"] * 1e3, ".1f"), shown, span,
+            fmt(mib["peak_memory_bytes"], ".1f"), fmt(entry.get("peak_memory_ratio"), ".2f", "×"),
+            fmt(mib["activation_bytes"], ".1f"), fmt(entry.get("activation_ratio"), ".2f", "×")]
+
+
+RUN_HEADER = ["variant", "seed", "final val loss", "training step, wall (s)", "tokens/s while training"]
 
 
 def _run_row(name: str, run: dict) -> list[str]:
-    return [name, str(run["seed"]), fmt(run["final_val_loss"], ".3f"), fmt(run["step_time_s"], ".3f"),
-            fmt(run["peak_memory_bytes"], ",.0f"), fmt(run["activation_bytes"], ",.0f"),
+    return [name, str(run["seed"]), fmt(run["final_val_loss"], ".3f"), fmt(run.get("step_time_s"), ".3f"),
             fmt(run.get("tokens_per_s"), ",.1f")]
 
 
@@ -80,31 +107,42 @@ def _settings_rows(settings) -> list[list[str]]:
 def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[str, str, str]]:
     """Draw every figure; returns (relative path, alt text, caption) in report order."""
     from attnres.report import plots  # matplotlib is slow to import: only when a report is written
+    from attnres.report.style import series_styles
 
     fig_dir = out_dir / "figures"
     preset = results.get("preset", "")
     seeds = len(results.get("seeds") or []) or max(len(e["seeds"]) for e in summary.values())
+    most_seeds = max(len(e["seeds"]) for e in summary.values())
     routed = {n: e for n, e in summary.items() if e["residual"] != BASELINE}
+    styles = series_styles(summary)  # one look per variant, the same in every figure and report
     figures = []
 
     plots.plot_loss_curves({n: e["val_curve"] for n, e in summary.items()}, fig_dir / "val_loss.png",
-                           f"Validation loss ({preset}, {seeds} seed{'s' * (seeds != 1)})")
+                           f"Validation loss ({preset}, {seeds} seed{'s' * (seeds != 1)})", styles)
+    band = ("mean over seeds; the shaded band is ± one standard deviation across seeds" if most_seeds > 1 else
+            "one seed per variant, so no band: the spread between seeds is not measured here")
     figures.append(("figures/val_loss.png", "validation loss against step",
-                    "Validation loss against training step, mean over seeds; the shaded band is ± one "
-                    "standard deviation across seeds. Lower is better."))
-    plots.plot_cost_ratios({n: {"step time": e["step_time_ratio"], "peak memory": e["peak_memory_ratio"],
-                                "activations": e["activation_ratio"]} for n, e in routed.items()},
-                           fig_dir / "cost.png", "Cost relative to standard (median over seeds)")
-    figures.append(("figures/cost.png", "cost ratios",
-                    "Step time, peak memory and activation memory of each variant divided by standard's "
-                    "(medians over seeds); bars above the dashed line at 1.0 cost more than standard."))
+                    f"Validation loss against training step, {band}. Lower is better."))
+    if any(e["step_time_ratio"] is not None for e in routed.values()):
+        plots.plot_cost_ratios(
+            {n: {"training step": {"ratio": e["step_time_ratio"], "low": e["step_time_low"],
+                                   "high": e["step_time_high"], "noisy": e["step_time_noisy"]},
+                 "peak memory": {"ratio": e["peak_memory_ratio"]},
+                 "activations": {"ratio": e["activation_ratio"]}} for n, e in routed.items()},
+            fig_dir / "cost.png", "Cost relative to standard (measured after training, interleaved)", styles)
+        figures.append(("figures/cost.png", "cost ratios",
+                        "Training step, peak memory and activation memory of each variant divided by standard's, "
+                        "from the cost measurement below; the whisker is the step ratio's confidence interval, "
+                        "and a hatched, pale bar labelled noisy is one whose interval is too wide to quote. "
+                        "Bars right of the dashed line at 1.0 cost more than standard."))
     plots.plot_max_weight_by_depth({n: e["max_weight_by_depth"] for n, e in routed.items()},
-                                   fig_dir / "max_weight_by_depth.png", "Routing sharpness by depth")
+                                   fig_dir / "max_weight_by_depth.png", "Routing sharpness by depth", styles)
     figures.append(("figures/max_weight_by_depth.png", "max routing weight by depth",
                     "Token-mean of each router's largest weight, mean over seeds: 1/n means uniform over n "
-                    "sources, 1 means one source takes everything. Single-source routers are left out."))
+                    "sources, 1 means one source takes everything. Single-source routers (router 0 sees "
+                    "only the embedding) have no point, so the axis starts at the first router with a choice."))
     plots.plot_hidden_rms_by_depth({n: e["hidden_rms_by_depth"] for n, e in summary.items()},
-                                   fig_dir / "hidden_rms_by_depth.png", "Hidden-state RMS by depth")
+                                   fig_dir / "hidden_rms_by_depth.png", "Hidden-state RMS by depth", styles)
     figures.append(("figures/hidden_rms_by_depth.png", "hidden-state RMS by depth",
                     "RMS of each sub-layer's input h_s and of the final hidden state, mean over seeds; "
                     "a steady rise with depth is the growth that dilutes deep layers' contributions."))
@@ -121,11 +159,63 @@ def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[st
         rel = f"figures/routing_{name}.png"
         plots.plot_routing_heatmap(stats["source_names"], stats["mean_weights"], out_dir / rel,
                                    f"Routing weights: {variant['name']} (seed {run['seed']})")
+        columns = plots.heatmap_matrix(stats["source_names"], stats["mean_weights"])[0]
         figures.append((rel, f"routing weights of {variant['name']}",
                         f"{variant['name']}, seed {run['seed']}: mean weight each router (row) gives each "
-                        "source (column); blank cells are sources the router cannot see. e is the embedding, "
-                        "d/b/D completed sub-layers/blocks, p the current block's partial sum."))
+                        "source (column); blank cells are sources the router cannot see. Sources: "
+                        f"{plots.source_key(columns)}."))
     return figures
+
+
+def _machine_text(machine: dict) -> str:
+    """"AMD EPYC 7B13 (ATen CPU kernels AVX2, native bf16: no), 2 torch threads, torch 2.13.0"."""
+    kernels = [f"ATen CPU kernels {machine['cpu_capability']}"] if machine.get("cpu_capability") else []
+    if machine.get("cpu_native_bf16") is not None:
+        kernels.append(f"native bf16: {'yes' if machine['cpu_native_bf16'] else 'no'}")
+    name = machine.get("device_name") or machine.get("device") or "an unnamed device"
+    return (name + (f" ({', '.join(kernels)})" if kernels and machine.get("device", "cpu") == "cpu" else "")
+            + f", {machine.get('threads', '?')} torch threads, torch {machine.get('torch', '?')}")
+
+
+def _interval_text(summary: dict, repeats: int) -> str:
+    """How the range was formed, with its coverage (the same for every variant: one number of rounds)."""
+    coverage = next((e["step_time_coverage"] for e in summary.values() if e.get("step_time_coverage")), None)
+    covered = "" if coverage is None else f" (here {coverage:.0%} with {repeats} rounds)"
+    return ("the k-th lowest to the k-th highest per-round ratio, with the largest k that keeps its coverage "
+            f"at 90% or more{covered}")
+
+
+def _cost_blocks(results: dict, summary: dict) -> list[tuple]:
+    """The cost section: what was measured, how, on what, and the table; or why there is none."""
+    cost = results.get("cost")
+    blocks = [("h2", "Cost")]
+    if not cost:
+        return blocks + [("p", "These results hold no cost measurement (they were written before `attnres compare` "
+                               "measured cost after training). Quote `attnres bench` for costs.")]
+    settings = cost["settings"]
+    noisy = [n for n, e in summary.items() if e.get("step_time_noisy")]
+    threshold = settings["noise_threshold"]
+    text = (f"Measured {cost.get('created', '-')} in the process that wrote this report, after training, as "
+            f"`attnres bench` measures: a fresh model of each variant's configuration (weights from seed "
+            f"{settings['seed']}, a random {settings['batch_size']} x {settings['seq_len']} token batch), its "
+            "training step (forward with loss, backward, AdamW step) timed in "
+            f"{settings['repeats']} rounds after {settings['warmup']} warm-up round(s), every variant once per "
+            "round, standard first. Step × standard is the median over rounds of the variant's step divided by "
+            "standard's step in the same round; the range is a distribution-free confidence interval of that "
+            f"median: {_interval_text(summary, settings['repeats'])}. A ratio whose range is wider than "
+            f"{threshold:.0%} of it is shown as noisy instead of a number: the machine's load changed while it "
+            "was measured, and the interval could not tell a 1.05x cost from a 1.25x one. Routing "
+            f"{settings['routing']} (routing_impl={settings['routing_impl']}), precision {settings['precision']}, "
+            f"device {settings['device']}: {_machine_text(cost.get('machine') or {})}. Memory: one training "
+            "step; activations are the storages saved for backward (exact); peak memory is the CUDA allocator's "
+            "peak on a GPU and on a CPU an estimate: weights + gradients + two AdamW moments + activations.")
+    blocks.append(("p", text))
+    if noisy:
+        blocks.append(("p", f"Too noisy to quote here: {', '.join(noisy)} (the interval of the step ratio is wider "
+                            f"than {threshold:.0%} of it). Rerun on a quiet machine, or with more rounds, which "
+                            "narrow the interval (--set cost.repeats=20), or quote `attnres bench`."))
+    rows = [cost_row(name, entry, entry["residual"] == BASELINE) for name, entry in summary.items()]
+    return blocks + [("table", COST_HEADER, rows, True)]
 
 
 # ---------------------------------------------------------------- documents
@@ -150,13 +240,17 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                                          for name, entry in summary.items()], True),
                ("p", "Validation loss in nats/token at the end of training, mean ± sample std over seeds; "
                      "perplexity = exp(loss), averaged per seed; its 95% CI is the Student-t interval of that mean over "
-                     "seeds (none for one seed). Step time and peak memory are medians over "
-                     "seeds divided by standard's. Peak memory is the CUDA allocator's peak on a GPU; on a CPU it is "
-                     "an estimate: weights + gradients + two AdamW moments + the activations saved for backward "
-                     "(measured). Step times come from the training loop, variants run one after another. Max weight: token-mean of the largest routing weight over "
-                     "the deepest third of multi-source routers (1 = routing picks one source)."),
+                     "seeds (none for one seed). Train step × and peak memory × come from the cost measurement "
+                     "below (every variant interleaved in one process after training), with the confidence "
+                     "interval of the step ratio in brackets, or 'noisy' where it is too wide to quote a number. "
+                     "Max weight: token-mean of the largest routing weight over the deepest third of "
+                     "multi-source routers (1 = routing picks one source)."),
+               *_cost_blocks(results, summary),
                ("h2", "Runs"),
                ("table", RUN_HEADER, [_run_row(v["name"], r) for v in results["variants"] for r in v["runs"]], True),
+               ("p", "Training step: the median wall time of each run's training steps (its first few left out); runs "
+                     "were made one after another, so these times include whatever else the machine did then and "
+                     "are not a cost comparison (the Cost section is)."),
                ("h2", "Figures")]
     blocks += [("figure", path, alt, caption) for path, alt, caption in figures]
     return blocks
@@ -167,12 +261,20 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
 def write_report(results: dict, out_dir: Path) -> list[Path]:
     """Write results.json, figures/*.png, report.md and index.html into out_dir; returns their paths.
 
-    results: {"preset", "command", "created", "machine": {...}, "settings": {...}, "seeds": [...],
-    "variants": [{"name", "residual", "num_blocks", "runs": [{"seed", "val_curve": [[step, loss]],
-    "train_curve", "final_val_loss", "step_time_s", "peak_memory_bytes", "activation_bytes",
-    "tokens_per_s", "tokens", "depth_stats": DepthStats.to_dict()}, ...]}, ...]}, with exactly one
-    variant whose residual is "standard" (the baseline). results.json is the input plus "summary"
-    (`summarize`) and "figures" (relative paths). Routing heatmaps use each variant's lowest seed.
+    results: {"preset", "description", "command", "created", "machine": `machine_info`, "code_path":
+    {"routing_impl", "routing", "precision"}, "settings": {"model", "data", "train"}, "seeds": [...],
+    "variants": [{"name", "residual", "num_blocks", "exact_conversion", "query_init" (the last three
+    optional), "runs": [{"seed", "run_dir", "val_curve": [[step, loss]], "train_curve", "final_val_loss",
+    "step_time_s" (median training-step wall time, informational), "tokens_per_s", "tokens",
+    "depth_stats": DepthStats.to_dict()}, ...]}, ...], "cost": `attnres.compare.cost.measure_costs`'s
+    {"settings": {"repeats", "warmup", "noise_threshold", "seed", "batch_size", "seq_len", "precision",
+    "routing_impl", "routing", "device"}, "created", "machine", "variants": {name: {"model",
+    "parameters", "train_step_s": {"median_s", "samples_s": one per round}, "memory": {"peak_bytes",
+    "activation_bytes", "parameter_bytes", "non_activation_bytes"}}}} (optional: without it the report
+    says cost was not measured)}, with exactly one variant whose residual is "standard" (the
+    baseline). Required run keys: seed, val_curve, final_val_loss, depth_stats. results.json is the
+    input plus "summary" (`summarize`: per variant, the statistics over seeds and the cost figures of
+    `cost_summary`) and "figures" (relative paths). Routing heatmaps use each variant's lowest seed.
     """
     summary = summarize(results)  # validates before anything is written
     out_dir = Path(out_dir)

@@ -9,16 +9,17 @@ from __future__ import annotations
 import math
 import numbers
 
-from attnres.analysis.intervals import ci95_halfwidth, mean, median_ratio, sample_std
+from attnres.analysis.intervals import ci95_halfwidth, mean, sample_std
 from attnres.analysis.sharpness import summarize_max_weights
+from attnres.common.timing import ratio, ratio_spread, round_ratios
 
 BASELINE = "standard"
 REQUIRED_VARIANT_KEYS = ("name", "residual", "runs")
-REQUIRED_RUN_KEYS = ("seed", "val_curve", "final_val_loss", "step_time_s", "peak_memory_bytes",
-                     "activation_bytes", "depth_stats")
-# summary key -> run key; each a median over seeds divided by standard's median.
-COST_RATIOS = {"step_time_ratio": "step_time_s", "peak_memory_ratio": "peak_memory_bytes",
-               "activation_ratio": "activation_bytes"}
+REQUIRED_RUN_KEYS = ("seed", "val_curve", "final_val_loss", "depth_stats")
+# The summary's cost keys (`cost_summary`); all None where results hold no cost measurement.
+COST_KEYS = ("step_time_s", "step_time_ratio", "step_time_low", "step_time_high", "step_time_coverage",
+             "step_time_spread",
+             "step_time_noisy", "peak_memory_bytes", "activation_bytes", "peak_memory_ratio", "activation_ratio")
 
 
 def _checked_variants(results: dict) -> list[dict]:
@@ -78,6 +79,30 @@ def _average_curve(curves: list[list]) -> list[list[float]]:
     return [[step, mean(v), sample_std(v)] for step, v in sorted(by_step.items())]
 
 
+def cost_summary(cost: dict | None, name: str, baseline: str = BASELINE) -> dict:
+    """The cost figures of variant `name` from results["cost"] (`attnres.compare.cost.measure_costs`):
+    step_time_s (median seconds of its training step), step_time_ratio (median over rounds of its
+    step / standard's step in the same round), step_time_low / step_time_high (the distribution-free
+    90 % interval of that median, `attnres.common.timing.median_interval`: with 5 to 7 rounds the
+    lowest and highest per-round ratio), step_time_coverage (the interval's exact coverage),
+    step_time_spread ((high - low) / ratio), step_time_noisy (spread above the measurement's
+    noise_threshold), peak_memory_bytes, activation_bytes and their ratios to
+    standard's. Every value None when `cost` is None or lacks the variant or the baseline."""
+    variants = (cost or {}).get("variants") or {}
+    if name not in variants or baseline not in variants:
+        return dict.fromkeys(COST_KEYS)
+    mine, base = variants[name], variants[baseline]
+    spread = ratio_spread(round_ratios(mine["train_step_s"]["samples_s"], base["train_step_s"]["samples_s"]),
+                          cost["settings"]["noise_threshold"])
+    memory, base_memory = mine.get("memory") or {}, base.get("memory") or {}
+    return {"step_time_s": mine["train_step_s"]["median_s"], "step_time_ratio": spread["ratio"],
+            "step_time_low": spread["low"], "step_time_high": spread["high"], "step_time_coverage": spread["coverage"],
+            "step_time_spread": spread["spread"], "step_time_noisy": spread["noisy"],
+            "peak_memory_bytes": memory.get("peak_bytes"), "activation_bytes": memory.get("activation_bytes"),
+            "peak_memory_ratio": ratio(memory.get("peak_bytes"), base_memory.get("peak_bytes")),
+            "activation_ratio": ratio(memory.get("activation_bytes"), base_memory.get("activation_bytes"))}
+
+
 def _summarize_variant(variant: dict, baseline: dict) -> dict:
     runs = variant["runs"]
     losses = [float(r["final_val_loss"]) for r in runs]
@@ -86,11 +111,10 @@ def _summarize_variant(variant: dict, baseline: dict) -> dict:
     deep = [summarize_max_weights(s["max_weight"])["max_weight_deep"] for s in stats]
     deep = [d for d in deep if d is not None]
     out = {"residual": variant["residual"], "num_blocks": variant.get("num_blocks"),
+           "exact_conversion": variant.get("exact_conversion"), "query_init": variant.get("query_init"),
            "seeds": [r["seed"] for r in runs],
            "val_loss_mean": mean(losses), "val_loss_std": sample_std(losses), "val_loss_ci95": ci95_halfwidth(losses),
            "ppl_mean": mean(ppl), "ppl_std": sample_std(ppl), "ppl_ci95": ci95_halfwidth(ppl)}
-    for key, run_key in COST_RATIOS.items():
-        out[key] = median_ratio([r[run_key] for r in runs], [r[run_key] for r in baseline["runs"]])
     out["max_weight_deep"] = mean(deep)
     out["max_weight_by_depth"] = _mean_by_position([s["max_weight"] for s in stats])
     out["hidden_rms_by_depth"] = _mean_by_position([s["hidden_rms"] for s in stats])
@@ -105,16 +129,19 @@ def summarize(results: dict) -> dict:
     Each entry: val_loss_mean, val_loss_std (sample std, 0.0 for one seed), val_loss_ci95 (half-width
     of the Student-t 95 % interval of the mean, `ci95_halfwidth`; None for one seed), ppl_mean,
     ppl_std, ppl_ci95 (of exp(final_val_loss) per seed), delta_vs_standard (val_loss_mean minus
-    standard's), step_time_ratio, peak_memory_ratio, activation_ratio (median over seeds / standard's
-    median; None if a value is missing), max_weight_deep (mean over seeds of the mean max weight of
+    standard's), the cost keys of `cost_summary` (from results["cost"], the measurement after
+    training; None without one), max_weight_deep (mean over seeds of the mean max weight of
     the deepest third of multi-source routers; None if none), max_weight_by_depth and
     hidden_rms_by_depth (per router / per depth, mean over seeds), val_curve and train_curve
-    ([[step, mean, std], ...] over seeds), plus residual, num_blocks and seeds.
+    ([[step, mean, std], ...] over seeds), plus residual, num_blocks, exact_conversion, query_init
+    (the variant's fields, for its figure style) and seeds.
     Raises ValueError if `standard` is missing or a run lacks a required key.
     """
     variants = _checked_variants(results)
     baseline = next(v for v in variants if v["residual"] == BASELINE)
     summary = {v["name"]: _summarize_variant(v, baseline) for v in variants}
+    for name, entry in summary.items():
+        entry.update(cost_summary(results.get("cost"), name, baseline["name"]))
     base_loss = summary[baseline["name"]]["val_loss_mean"]
     for entry in summary.values():
         entry["delta_vs_standard"] = entry["val_loss_mean"] - base_loss

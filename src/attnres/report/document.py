@@ -3,7 +3,8 @@
 A document is a list of blocks: ("h1", text), ("h2", text), ("p", text), ("code", text),
 ("table", header, rows, numeric), ("figure", path, alt, caption); numeric right-aligns every table
 column after the first. Shared by the comparison report and `attnres analyze`, so Markdown and
-HTML carry the same content. Files are written with `attnres.common.atomic.write_atomic`.
+HTML carry the same content. The HTML is laid out for phones as well as desktops (see CSS). Files
+are written with `attnres.common.atomic.write_atomic`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from pathlib import Path
 
 
@@ -48,21 +50,37 @@ def render_markdown(blocks: list[tuple]) -> str:
     return "\n\n".join(out) + "\n"
 
 
+# Laid out for a phone as well as a desktop: the page is as wide as the device (the viewport meta),
+# a table wider than the screen scrolls sideways inside its own container (.table-scroll) instead
+# of widening the page, commands and long words wrap, and figures scale down to the screen's width
+# (at most 640 px, so a figure's text is as large as the page's; see attnres.report.plots).
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;
-padding:0 1em;color:#222;line-height:1.45}table{border-collapse:collapse;margin:1em 0}
-th,td{border:1px solid #ccc;padding:.3em .6em}.numeric td:not(:first-child){text-align:right;font-variant-numeric:tabular-nums}
-th{background:#f3f3f3}pre{background:#f6f6f6;padding:.6em;overflow-x:auto}
-figure{margin:1.5em 0}img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:.95em}"""
+padding:0 1em;color:#222;line-height:1.45}p,figcaption,h1,h2{overflow-wrap:anywhere}
+.table-scroll{overflow-x:auto;margin:1em 0;max-width:100%}table{border-collapse:collapse}
+th,td{border:1px solid #ccc;padding:.3em .6em}.numeric td{white-space:nowrap}
+.numeric td:not(:first-child){text-align:right;font-variant-numeric:tabular-nums}code{font-size:.95em}
+th{background:#f3f3f3}pre{background:#f6f6f6;padding:.6em;white-space:pre-wrap;overflow-wrap:anywhere}
+figure{margin:1.5em 0}img{display:block;width:100%;max-width:640px;height:auto;border:1px solid #eee}
+figcaption{color:#555;font-size:.95em;max-width:640px}"""
+VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">'
+TABLE_CONTAINER = "table-scroll"  # the class of the scrolling box around every table
+_INLINE_CODE = re.compile(r"`([^`]+)`")
 
 
 def render_html(blocks: list[tuple]) -> str:
-    """The document as one self-contained HTML page (inline CSS; figures referenced by relative path)."""
+    """The document as one self-contained HTML page (inline CSS; figures referenced by relative path).
+
+    Every table is wrapped in <div class="table-scroll">, the only element allowed to be wider than
+    a phone's screen (it scrolls sideways); figures carry their alt text and caption.
+    """
     esc = html.escape
     title = next((rest[0] for kind, *rest in blocks if kind == "h1"), "attnres comparison")
     body = []
     for kind, *rest in blocks:
-        if kind in ("h1", "h2", "p"):
+        if kind in ("h1", "h2"):
             body.append(f"<{kind}>{esc(rest[0])}</{kind}>")
+        elif kind == "p":  # `text` in backticks is code, as in the Markdown
+            body.append("<p>" + _INLINE_CODE.sub(r"<code>\1</code>", esc(rest[0])) + "</p>")
         elif kind == "code":
             body.append(f"<pre><code>{esc(rest[0])}</code></pre>")
         elif kind == "table":
@@ -70,13 +88,14 @@ def render_html(blocks: list[tuple]) -> str:
             head = "".join(f"<th>{esc(h)}</th>" for h in header)
             cells = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>\n" for row in rows)
             attrs = ' class="numeric"' if numeric else ""
-            body.append(f"<table{attrs}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{cells}</tbody>\n</table>")
+            body.append(f'<div class="{TABLE_CONTAINER}"><table{attrs}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
+                        f"{cells}</tbody>\n</table></div>")
         elif kind == "figure":
             path, alt, caption = rest
             body.append(f'<figure><img src="{esc(path)}" alt="{esc(alt)}">'
                         f"<figcaption>{esc(caption)}</figcaption></figure>")
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            f"{VIEWPORT}\n<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
             + "\n".join(body) + "\n</body>\n</html>\n")
 
 

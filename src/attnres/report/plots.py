@@ -3,14 +3,24 @@
 Figures are `matplotlib.figure.Figure` objects rendered with Agg: no pyplot, no global figure state.
 Each function writes one PNG atomically through `save_figure` and returns its path. The public
 helpers (`save_figure`, `finite`, `draw_lines`, `legend`, `empty_note`, `thinned`, `integer_ticks`,
-`log_scale_if_wide`) are the building blocks of `attnres.report.analyze_plots` too.
+`log_scale_if_wide`, `wrapped`, `source_key`, `label_sources`) are the building blocks of
+`attnres.report.analyze_plots` too.
+
+Sized for a phone as well as a desktop: every figure is WIDTH inches wide (more panels stack
+downwards, never sideways) and no text is smaller than MIN_FONT_PT, so when a page shows a figure
+400 px wide, as a phone does, its smallest text is still MIN_FONT_PT * 400 / (72 * WIDTH) = 11 px
+tall. The HTML shows figures at most 640 px wide (`attnres.report.document`). Legends sit below the
+axes, where they cover no data however many variants a figure draws. Lines take each variant's
+one style (`attnres.report.style`), passed in as `styles` (series name -> matplotlib keywords).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -19,16 +29,30 @@ from matplotlib.figure import Figure
 
 from attnres.common.atomic import atomic_file
 
-DPI = 120
-STYLE = {"font.size": 11, "axes.titlesize": 13, "axes.labelsize": 12, "xtick.labelsize": 10,
-         "ytick.labelsize": 10, "legend.fontsize": 10, "axes.grid": True, "grid.alpha": 0.3}
-MAX_HEATMAP_LABELS = 30  # beyond this, label every k-th row/column so labels do not overlap
-MAX_LINE_LABELS = 20  # the same for the x axis of line plots (8 inches wide)
+DPI = 150  # 900 px per figure: sharp at 400 CSS px on a phone with two device pixels per CSS pixel
+WIDTH = 6.0  # inches, every figure
+MIN_FONT_PT = 12  # the smallest text anywhere in a figure: tick labels, legends, cell values
+STYLE = {"font.size": 13, "axes.titlesize": 14, "axes.labelsize": 13, "xtick.labelsize": MIN_FONT_PT,
+         "ytick.labelsize": MIN_FONT_PT, "legend.fontsize": MIN_FONT_PT, "figure.titlesize": 15,
+         "axes.grid": True, "grid.alpha": 0.3}
+MAX_HEATMAP_LABELS = 16  # beyond this, label every k-th column so rotated 12 pt labels do not overlap
+MAX_HEATMAP_ROWS = 50  # rows are labelled one by one up to this many (the figure grows in height)
+MAX_LINE_LABELS = 12  # the same for the x axis of line plots
+ANNOTATE_COLUMNS = 9  # heatmaps print their cell values up to this many columns ("0.25" fits a cell)
+ROW_HEIGHT = 0.32  # inches per heatmap row: a 12 pt label or value fits
+TITLE_CHARACTERS = 48  # a title wraps beyond this many characters (14 pt across 6 in)
+LABEL_CHARACTERS = 56  # an axis label wraps beyond this many (13 pt)
+MARKER_SIZE = 5
 
 
 def finite(value) -> bool:
     """True for a number that is neither None nor NaN/inf: a point that can be drawn."""
     return value is not None and math.isfinite(value)
+
+
+def wrapped(text: str, width: int = TITLE_CHARACTERS) -> str:
+    """`text` broken into lines of at most `width` characters (a figure never grows sideways)."""
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)) or text
 
 
 def save_figure(fig: Figure, path) -> Path:
@@ -40,26 +64,57 @@ def save_figure(fig: Figure, path) -> Path:
     return path
 
 
-def draw_lines(ax, series: dict[str, Sequence[float | None]]) -> tuple[int, int, list[float]]:
-    """One line per series against index 0 .. len-1, skipping None/NaN points.
+def new_figure(height: float, rows: int = 1, **subplots) -> tuple[Figure, list]:
+    """A WIDTH-wide figure of `height` inches with `rows` axes stacked vertically (constrained layout)."""
+    fig = Figure(figsize=(WIDTH, height), layout="constrained")
+    axes = fig.subplots(rows, 1, squeeze=False, **subplots)[:, 0]
+    return fig, list(axes)
 
-    Returns (lines drawn, length of the longest series, every drawn value).
-    """
-    drawn, longest, values = 0, 0, []
+
+@dataclass(frozen=True)
+class Lines:
+    """What `draw_lines` drew: lines drawn, the first index with a point, the longest series' length,
+    and every drawn value."""
+
+    drawn: int
+    first: int
+    longest: int
+    values: list[float]
+
+
+def draw_lines(ax, series: dict[str, Sequence[float | None]], styles: dict[str, dict] | None = None) -> Lines:
+    """One line per series against index 0 .. len-1, skipping None/NaN points; each in its style
+    (`styles[name]`, matplotlib keywords as `attnres.report.style.variant_style` gives; default: the cycle)."""
+    drawn, longest, values, first = 0, 0, [], None
     for name, ys in series.items():
         points = [(i, v) for i, v in enumerate(ys) if finite(v)]
         longest = max(longest, len(ys))
         values += [v for _, v in points]
         if points:
-            ax.plot(*zip(*points), marker="o", markersize=4, label=name)
+            first = points[0][0] if first is None else min(first, points[0][0])
+            ax.plot(*zip(*points), markersize=MARKER_SIZE, label=name, **_line_style(styles, name))
             drawn += 1
-    return drawn, longest, values
+    return Lines(drawn, first or 0, longest, values)
+
+
+def _line_style(styles: dict[str, dict] | None, name: str) -> dict:
+    return dict((styles or {}).get(name) or {"marker": "o"})
 
 
 def legend(ax, count: int) -> None:
-    """A legend where `count` > 1 lines are drawn; a single line is named by the title."""
+    """A legend below the figure's axes where `count` > 1 lines are drawn (a single line is named by
+    the title); one per figure, from `ax`'s lines, in two columns when there are many."""
     if count > 1:
-        ax.legend(loc="best", framealpha=0.9)
+        handles, labels = ax.get_legend_handles_labels()
+        ax.figure.legend(handles, labels, loc="outside lower center", ncols=2 if count > 3 else count,
+                         frameon=False)
+
+
+def figure_legend(fig: Figure):
+    """The legend a figure shows (one below its axes, or one inside its first axes); None if none."""
+    if fig.legends:
+        return fig.legends[0]
+    return next((ax.get_legend() for ax in fig.axes if ax.get_legend() is not None), None)
 
 
 def empty_note(ax, text: str) -> None:
@@ -78,13 +133,16 @@ def thinned(count: int, most: int) -> list[int]:
     return ticks
 
 
-def integer_ticks(ax, count: int, last_label: str | None = None) -> None:
-    """x ticks at integers 0 .. count-1 (thinned when many); the last one optionally renamed."""
-    ticks = thinned(count, MAX_LINE_LABELS)
+def integer_ticks(ax, count: int, last_label: str | None = None, first: int = 0) -> None:
+    """x ticks at integers first .. count-1 (thinned when many), the last one optionally renamed; the
+    x range ends half a step beyond them, so no tick stands where no series has a point."""
+    ticks = [first + i for i in thinned(max(0, count - first), MAX_LINE_LABELS)]
     labels = [str(i) for i in ticks]
     if last_label is not None and labels:
         labels[-1] = last_label
     ax.set_xticks(ticks, labels)
+    if ticks:
+        ax.set_xlim(first - 0.5, count - 0.5)
 
 
 def log_scale_if_wide(ax, values: list[float], ratio: float = 20.0) -> None:
@@ -94,29 +152,32 @@ def log_scale_if_wide(ax, values: list[float], ratio: float = 20.0) -> None:
         ax.set_yscale("log")
 
 
-def plot_loss_curves(curves: dict[str, Sequence[tuple[int, float, float]]], path, title: str) -> Path:
+def plot_loss_curves(curves: dict[str, Sequence[tuple[int, float, float]]], path, title: str,
+                     styles: dict[str, dict] | None = None) -> Path:
     """Validation loss against step, one line per variant; shaded band of ±spread where spread > 0.
 
     curves: name -> [(step, mean, spread), ...]; points with a None/NaN mean are skipped.
+    styles: name -> matplotlib keywords (`attnres.report.style`).
     """
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=(8, 5), layout="constrained")
-        ax = fig.add_subplot()
+        fig, (ax,) = new_figure(4.8 + 0.25 * math.ceil(len(curves) / 2))
         drawn = 0
         for name, points in curves.items():
             pts = [(s, m, sp if finite(sp) else 0.0) for s, m, sp in points if finite(m)]
             if not pts:
                 continue
             steps, mean, spread = (np.array(c, dtype=float) for c in zip(*pts))
-            (line,) = ax.plot(steps, mean, marker="o" if len(pts) < 30 else None, markersize=3, label=name)
+            style = _line_style(styles, name)
+            if len(pts) >= 30:
+                style["marker"] = None  # long curves: markers would merge into a thick line
+            (line,) = ax.plot(steps, mean, markersize=MARKER_SIZE - 1, label=name, **style)
             if (spread > 0).any():
                 ax.fill_between(steps, mean - spread, mean + spread, color=line.get_color(), alpha=0.2, linewidth=0)
             drawn += 1
         if not drawn:
             empty_note(ax, "no validation points")
-        ax.set(title=title, xlabel="training step", ylabel="validation loss (nats/token)")
-        if drawn > 1:  # losses fall, so the top right is usually free; "best" is slow on long curves
-            ax.legend(loc="upper right", framealpha=0.9)
+        ax.set(title=wrapped(title), xlabel="training step", ylabel="validation loss (nats/token)")
+        legend(ax, drawn)
         return save_figure(fig, path)
 
 
@@ -128,6 +189,49 @@ def _source_order(name: str) -> tuple:
         return (2, "", 0)
     match = re.fullmatch(r"([A-Za-z]+)(\d+)", name)
     return (1, match.group(1), int(match.group(2))) if match else (1, name, 0)
+
+
+# What each source symbol of `SourcePolicy.source_names` means (method §3).
+SOURCE_MEANINGS = {"d": "sub-layer outputs", "b": "completed blocks' summed outputs",
+                   "D": "completed blocks' summed outputs (deltas)"}
+
+
+def source_key(columns: Sequence[str]) -> str:
+    """What the source names in `columns` stand for, only those present, e.g. "e = embedding,
+    b1…b3 = completed blocks' summed outputs, p = current block's partial sum"."""
+    return ", ".join(_source_meanings(columns))
+
+
+def _source_meanings(columns: Sequence[str]) -> list[str]:
+    parts = ["e = embedding"] if "e" in columns else []
+    groups: dict[str, list[int]] = {}
+    for name in columns:
+        match = re.fullmatch(r"([A-Za-z])(\d+)", name)
+        if match:
+            groups.setdefault(match.group(1), []).append(int(match.group(2)))
+    for symbol, numbers in groups.items():
+        low, high = min(numbers), max(numbers)
+        names = f"{symbol}{low}" if low == high else f"{symbol}{low}…{symbol}{high}"
+        parts.append(f"{names} = {SOURCE_MEANINGS.get(symbol, 'sources')}")
+    if "p" in columns:
+        parts.append("p = current block's partial sum")
+    return parts
+
+
+def label_sources(fig: Figure, axes: Sequence, columns: Sequence[str]) -> None:
+    """Label the source axis of router x source panels: "source" under each, and below the figure
+    (where it spans the whole width and covers no colour bar) the `source_key` of the columns shown,
+    its items ("b1…b3 = ...") kept whole on lines of at most LABEL_CHARACTERS."""
+    for ax in axes:
+        ax.set_xlabel("source")
+    lines: list[str] = []
+    for part in _source_meanings(columns):
+        if lines and len(lines[-1]) + len(part) + 2 <= LABEL_CHARACTERS:
+            lines[-1] += f", {part}"
+        else:
+            lines.append(part)
+    if lines:
+        fig.supxlabel("\n".join(lines), fontsize=MIN_FONT_PT)
 
 
 def router_labels(num_routers: int) -> list[str]:
@@ -155,110 +259,150 @@ def heatmap_matrix(source_names: list[list[str]], mean_weights: list[list[float]
     return columns, matrix
 
 
+def annotate_cells(ax, matrix: np.ndarray, dark_above: float | None = 0.6, light_band: float | None = None) -> None:
+    """Print each finite cell's value (two decimals, MIN_FONT_PT); black on bright cells, white on dark.
+
+    dark_above: for a sequential map, values above it get black text; with dark_above None (a
+    diverging map, pale near zero) values within ±light_band get black text.
+    """
+    for r, c in zip(*np.nonzero(~np.isnan(matrix))):
+        value = matrix[r, c]
+        bright = value > dark_above if dark_above is not None else abs(value) < light_band
+        ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=MIN_FONT_PT,
+                color="black" if bright else "white")
+
+
+def draw_heatmap(ax, matrix: np.ndarray, row_labels: list[str], columns: list[str]):
+    """One router x source panel of mean routing weights on [0, 1] (viridis; blank where a router cannot
+    see a source), its ticks, and cell values where they fit; returns the image (for a colour bar)."""
+    ax.grid(False)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")  # masked: source not visible
+    rows, cols = matrix.shape
+    shown = matrix if rows and cols else np.full((1, max(cols, 1)), np.nan)
+    image = ax.imshow(np.ma.masked_invalid(shown), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto",
+                      interpolation="nearest")
+    row_ticks, col_ticks = thinned(rows, MAX_HEATMAP_ROWS), thinned(cols, MAX_HEATMAP_LABELS)
+    ax.set_yticks(row_ticks, [row_labels[i] for i in row_ticks])
+    ax.set_xticks(col_ticks, [columns[j] for j in col_ticks], rotation=90 if cols > 8 else 0)
+    if rows and cols <= ANNOTATE_COLUMNS:
+        annotate_cells(ax, matrix, dark_above=0.6)
+    return image
+
+
+def heatmap_height(rows: int) -> float:
+    """Inches of figure for `rows` heatmap rows plus title, tick labels and the two-line x label."""
+    return min(2.6 + ROW_HEIGHT * max(rows, 3), 2.6 + ROW_HEIGHT * MAX_HEATMAP_ROWS)
+
+
 def plot_routing_heatmap(source_names: list[list[str]], mean_weights: list[list[float]], path, title: str) -> Path:
     """Router (rows) x source (columns) heatmap of mean routing weights; blank where a router lacks a source.
 
     source_names/mean_weights: per router, as in `DepthStats`. The colour scale is fixed to [0, 1]
-    so heatmaps of different variants compare directly.
+    so heatmaps of different variants compare directly. The x label explains the source names shown.
     """
     columns, matrix = heatmap_matrix(source_names, mean_weights)
-    rows, cols = matrix.shape
+    rows = matrix.shape[0]
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=(min(15, max(6, 2.5 + 0.3 * cols)), min(13, max(4, 1.8 + 0.28 * rows))),
-                     layout="constrained")
-        ax = fig.add_subplot()
-        ax.grid(False)
-        cmap = matplotlib.colormaps["viridis"].with_extremes(bad="white")  # masked: source not visible
-        image = ax.imshow(np.ma.masked_invalid(matrix), cmap=cmap, vmin=0.0, vmax=1.0, aspect="auto",
-                          interpolation="nearest")
-        fig.colorbar(image, ax=ax, label="mean routing weight")
-        labels = router_labels(rows)
-        row_ticks, col_ticks = thinned(rows, MAX_HEATMAP_LABELS), thinned(cols, MAX_HEATMAP_LABELS)
-        ax.set_yticks(row_ticks, [labels[i] for i in row_ticks])
-        ax.set_xticks(col_ticks, [columns[j] for j in col_ticks], rotation=90 if cols > 12 else 0)
-        if rows * cols and rows <= 24 and cols <= 14:  # small grids: print the numbers too
-            for r, c in zip(*np.nonzero(~np.isnan(matrix))):
-                value = matrix[r, c]
-                ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                        color="black" if value > 0.6 else "white")
+        fig, (ax,) = new_figure(heatmap_height(rows))
+        image = draw_heatmap(ax, matrix, router_labels(rows), columns)
+        fig.colorbar(image, ax=ax, label="mean routing weight", shrink=1.0 if rows <= 20 else 0.6)
         if not rows:
             empty_note(ax, "no routers")
-        ax.set(title=title, xlabel="source (e = embedding, p = current partial)", ylabel="router (sub-layer)")
+        ax.set(title=wrapped(title), ylabel="router (sub-layer)")
+        label_sources(fig, [ax], columns)
         return save_figure(fig, path)
 
 
-def plot_max_weight_by_depth(series: dict[str, Sequence[float | None]], path, title: str) -> Path:
+def plot_max_weight_by_depth(series: dict[str, Sequence[float | None]], path, title: str,
+                             styles: dict[str, dict] | None = None) -> Path:
     """Largest routing weight (token-mean) against router index, one line per series; None/NaN skipped.
 
-    series: name -> per-router values (as `DepthStats.max_weight`).
+    series: name -> per-router values (as `DepthStats.max_weight`). The x axis starts at the first
+    router with a value (single-source routers have none).
     """
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=(8, 5), layout="constrained")
-        ax = fig.add_subplot()
-        drawn, longest, _ = draw_lines(ax, series)
-        if drawn:
+        fig, (ax,) = new_figure(4.8 + 0.25 * math.ceil(len(series) / 2))
+        lines = draw_lines(ax, series, styles)
+        if lines.drawn:
             # An odd router count has a final router last (see `router_labels`).
-            integer_ticks(ax, longest, "final" if longest % 2 else None)
+            integer_ticks(ax, lines.longest, "final" if lines.longest % 2 else None, first=lines.first)
         else:
             empty_note(ax, "no multi-source routers")
         ax.set_ylim(0, 1.05)
-        ax.set(title=title, xlabel="router = sub-layer index (even: attention, odd: MLP)",
+        ax.set(title=wrapped(title), xlabel="router = sub-layer index (even: attention, odd: MLP)",
                ylabel="max routing weight (token mean)")
-        legend(ax, drawn)
+        legend(ax, lines.drawn)
         return save_figure(fig, path)
 
 
-def plot_hidden_rms_by_depth(series: dict[str, Sequence[float]], path, title: str) -> Path:
+def plot_hidden_rms_by_depth(series: dict[str, Sequence[float]], path, title: str,
+                             styles: dict[str, dict] | None = None) -> Path:
     """RMS of each sub-layer's input h_s and of the final hidden state, one line per series.
 
     series: name -> 2L + 1 values (as `DepthStats.hidden_rms`); the last tick is labelled "final".
     The y axis is logarithmic when the values span more than 20x.
     """
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=(8, 5), layout="constrained")
-        ax = fig.add_subplot()
-        drawn, longest, values = draw_lines(ax, series)
-        if drawn:
-            integer_ticks(ax, longest, "final")
-            log_scale_if_wide(ax, values)
+        fig, (ax,) = new_figure(4.8 + 0.25 * math.ceil(len(series) / 2))
+        lines = draw_lines(ax, series, styles)
+        if lines.drawn:
+            integer_ticks(ax, lines.longest, "final", first=lines.first)
+            log_scale_if_wide(ax, lines.values)
         else:
             empty_note(ax, "no values")
-        ax.set(title=title, xlabel="sub-layer input h_s (last: final hidden state)", ylabel="RMS")
-        legend(ax, drawn)
+        ax.set(title=wrapped(title), xlabel="sub-layer input h_s (last: final hidden state)", ylabel="RMS")
+        legend(ax, lines.drawn)
         return save_figure(fig, path)
 
 
-def plot_cost_ratios(ratios: dict[str, dict[str, float | None]], path, title: str) -> Path:
-    """Grouped bars: per variant, each cost (e.g. "step time", "peak memory") relative to standard.
+def plot_cost_ratios(costs: dict[str, dict[str, dict]], path, title: str,
+                     styles: dict[str, dict] | None = None) -> Path:
+    """One panel per cost metric, stacked: a horizontal bar per variant, its cost relative to standard.
 
-    ratios: variant -> {metric: ratio}; None/NaN bars are left out. A dashed line marks 1.0.
+    costs: variant -> {metric (e.g. "training step"): {"ratio", and optionally "low", "high" (the
+    spread, drawn as a whisker) and "noisy"}}. A noisy bar is hatched and pale and labelled "noisy"
+    with its range instead of a number; a missing (None/NaN) ratio is labelled "n/a". A dashed line
+    marks 1.0 (standard). Bars take each variant's colour (`styles`).
     """
-    metrics = list(dict.fromkeys(m for r in ratios.values() for m in r))
-    names = list(ratios)
+    metrics = list(dict.fromkeys(m for per in costs.values() for m in per))
+    names = list(costs)
+
+    def row_height(metric) -> float:  # a noisy bar's label takes two lines
+        noisy = any((costs[n].get(metric) or {}).get("noisy") for n in names)
+        return 0.62 if noisy else 0.42
+
+    heights = [0.9 + row_height(m) * max(1, len(names)) for m in metrics or [None]]
     with matplotlib.rc_context(STYLE):
-        fig = Figure(figsize=(min(16, max(7, 2 + 1.3 * len(names) * max(1, len(metrics)) / 2)), 5),
-                     layout="constrained")
-        ax = fig.add_subplot()
-        ax.grid(axis="x", visible=False)
-        width = 0.8 / max(1, len(metrics))
-        for k, metric in enumerate(metrics):
-            values = [ratios[n].get(metric) for n in names]
-            xs = [i + (k - (len(metrics) - 1) / 2) * width for i, v in enumerate(values) if finite(v)]
-            ys = [v for v in values if finite(v)]
-            bars = ax.bar(xs, ys, width=width * 0.95, label=metric)
-            ax.bar_label(bars, labels=[f"{v:.2f}×" for v in ys], fontsize=9, padding=2)
-            for i, v in enumerate(values):
-                if not finite(v):  # say so, rather than leave a gap that reads as zero
-                    x = i + (k - (len(metrics) - 1) / 2) * width
-                    ax.text(x, 0.02, "n/a", ha="center", va="bottom", fontsize=9, color="0.4",
-                            transform=ax.get_xaxis_transform())
-        ax.axhline(1.0, color="0.2", linestyle="--", linewidth=1, label="standard = 1")
-        ax.set_xticks(range(len(names)), names, rotation=20 if len(names) > 4 else 0,
-                      ha="right" if len(names) > 4 else "center")
-        ax.set_ylim(0, max([1.0] + [v for r in ratios.values() for v in r.values() if finite(v)]) * 1.15)
-        if not names:
-            empty_note(ax, "no variants")
-        ax.set(title=title, xlabel="variant", ylabel="cost relative to standard (×)")
-        # Outside the axes, so it never covers the bar labels.
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+        fig, axes = new_figure(0.6 + sum(heights), rows=len(heights), height_ratios=heights)
+        for ax, metric in zip(axes, metrics or [None]):
+            ax.grid(axis="y", visible=False)
+            ys = list(range(len(names)))
+            top = 1.0
+            for y, name in zip(ys, names):
+                entry = costs[name].get(metric) or {}
+                value, low, high = entry.get("ratio"), entry.get("low"), entry.get("high")
+                color = _line_style(styles, name).get("color", "C0")
+                if not finite(value):
+                    ax.text(0.02, y, "n/a", va="center", color="0.4", transform=ax.get_yaxis_transform())
+                    continue
+                noisy = bool(entry.get("noisy"))
+                whisker = None
+                if finite(low) and finite(high):
+                    whisker = [[value - low], [high - value]]
+                    top = max(top, high)
+                top = max(top, value)
+                ax.barh(y, value, height=0.7, color=color, alpha=0.35 if noisy else 0.9,
+                        hatch="//" if noisy else None, edgecolor=color, xerr=whisker, capsize=3,
+                        error_kw={"elinewidth": 1, "ecolor": "0.2"})
+                label = f"noisy:\n{low:.2f}–{high:.2f}×" if noisy and whisker else f"{value:.2f}×"
+                ax.annotate(label, (max(value, high if finite(high) else value), y), xytext=(5, 0),
+                            textcoords="offset points", va="center", fontsize=MIN_FONT_PT)
+            ax.axvline(1.0, color="0.2", linestyle="--", linewidth=1)
+            ax.set_yticks(ys, names)
+            ax.set_ylim(len(names) - 0.5, -0.5)  # first variant on top, as in the tables
+            ax.set_xlim(0, top * 1.5)  # room for the labels right of the bars
+            if not names:
+                empty_note(ax, "no variants")
+            ax.set(title=metric or "no costs", xlabel="× standard (dashed line: standard = 1)", ylabel="variant")
+        fig.suptitle(wrapped(title))
         return save_figure(fig, path)

@@ -1,4 +1,4 @@
-"""Source policies: which tensors each router may look at (METHOD §3)."""
+"""Source policies: which tensors each router may look at (method §3)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 def valid_num_blocks(num_sublayers: int) -> list[int]:
     """Block counts N that split `num_sublayers` into exactly N blocks of size ceil(2L / N).
 
-    METHOD §3.2: blocks hold S = ceil(2L / N) sub-layers, the last one possibly shorter; an N for
+    method §3.2: blocks hold S = ceil(2L / N) sub-layers, the last one possibly shorter; an N for
     which that gives fewer than N blocks (2L = 12, N = 5 -> S = 3, 4 blocks) is not valid.
     """
     return [n for n in range(1, num_sublayers + 1) if math.ceil(num_sublayers / math.ceil(num_sublayers / n)) == n]

@@ -53,7 +53,7 @@ class ResidualScheme(nn.Module):
     mode "replace": h_s = R_s(sources_s);            no running stream;  hidden = R_final(all blocks)
     mode "add":     h_s = x_s + R_s(sources_s);      x_{s+1} = x_s + delta_s; hidden = x_{2L}
 
-    R is a `DepthMixer` (by default the `Router` of METHOD §2), built as mixer(hidden_size, eps,
+    R is a `DepthMixer` (by default the `Router` of method §2), built as mixer(hidden_size, eps,
     gated=gated). Every sub-layer of a routed scheme has one, `routers[s]`, also where it sees a
     single source (a router's weight is then exactly 1 and its query gets zero gradient): mixer
     index equals sub-layer index. Mode "replace" appends the final mixer last. All parameters of a
@@ -154,7 +154,7 @@ class ResidualScheme(nn.Module):
         return mixed
 
     def _group_prefix(self, s: int, state: StreamState) -> RoutedPrefix:
-        """Mixer s's phase-1 result (METHOD §5): at a block's first sub-layer, all of the block's
+        """Mixer s's phase-1 result (method §5): at a block's first sub-layer, all of the block's
         mixers are routed over its completed sources in one call; later sub-layers reuse it."""
         size = self.policy.block_size
         first = s - s % size

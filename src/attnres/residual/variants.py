@@ -16,7 +16,7 @@ from attnres.residual.scheme import MODES, ResidualScheme
 from attnres.routing import IMPLS, DepthMixer, Router
 
 SOURCE_KINDS = ("none", "sublayers", "blocks")
-# What each exact_conversion value (METHOD §4) changes: a zero-initialised gate on every mixer, or
+# What each exact_conversion value (method §4) changes: a zero-initialised gate on every mixer, or
 # the current block's partial sum as one more source (then the sources sum to x_s).
 EXACT_CONVERSIONS = ("gate", "partial")
 
@@ -35,7 +35,7 @@ class Variant:
     partial_source: the current block's partial sum is a source once non-empty.
     mixer:    the DepthMixer class built for every routed input.
     exact_conversions: the ModelConfig.exact_conversion values this variant accepts.
-    method:   where the variant is specified (a METHOD section or a paper).
+    method:   where the variant is specified (a method section or a paper).
     """
 
     name: str
@@ -78,11 +78,11 @@ def unregister_variant(name: str) -> None:
 
 
 for _variant in (
-    Variant("standard", "none", method="METHOD §1"),
-    Variant("full_attnres", "replace", "sublayers", "d", method="METHOD §3.1"),
-    Variant("block_attnres", "replace", "blocks", "b", partial_source=True, method="METHOD §3.2"),
-    Variant("delta_attnres", "add", "sublayers", "d", method="METHOD §3.3"),
-    Variant("delta_block", "add", "blocks", "D", exact_conversions=EXACT_CONVERSIONS, method="METHOD §3.4"),
+    Variant("standard", "none", method="method §1"),
+    Variant("full_attnres", "replace", "sublayers", "d", method="method §3.1"),
+    Variant("block_attnres", "replace", "blocks", "b", partial_source=True, method="method §3.2"),
+    Variant("delta_attnres", "add", "sublayers", "d", method="method §3.3"),
+    Variant("delta_block", "add", "blocks", "D", exact_conversions=EXACT_CONVERSIONS, method="method §3.4"),
 ):
     register_variant(_variant)
 
@@ -143,7 +143,7 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
                    exact_conversion: str | None = None, eps: float = 1e-6,
                    routing_impl: str = "auto") -> ResidualScheme:
     """The ResidualScheme of a variant for a model of `num_layers` layers (2 * num_layers sub-layers,
-    attention and MLP alternating) of width `hidden_size` (METHOD §3 and §4).
+    attention and MLP alternating) of width `hidden_size` (method §3 and §4).
 
     standard       no sources, the stream is x_{s+1} = x_s + delta_s
     full_attnres   every sub-layer output,          replace, final router

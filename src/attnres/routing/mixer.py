@@ -10,14 +10,14 @@ A new depth-mixing method subclasses `DepthMixer`, implements `forward` and `res
 declares what more it can use from the scheme with class attributes:
 
 - `static_query = True`: the mixer scores each source with a query that does not depend on the input
-  (METHOD §2), exposes it as `effective_query()` (D,), and its forward accepts `impl=` (a name from
+  (method §2), exposes it as `effective_query()` (D,), and its forward accepts `impl=` (a name from
   `attnres.routing.IMPLS`), `inv=` (each source's inverse RMS (B, T), cached by the scheme) and
   `prefix=` (a `RoutedPrefix`: phase-1 routing over its first sources, computed for a whole group of
   mixers at once). The scheme then uses the fast and two-phase paths. Default False: the scheme
   calls `mixer(sources, need_weights=...)` and nothing else.
 
 Mixers are built as `Mixer(hidden_size, eps, gated=False)`; `gated` asks for a zero-initialised
-scalar gate on the output (METHOD §4's exact conversion), which a mixer may refuse with a ValueError.
+scalar gate on the output (method §4's exact conversion), which a mixer may refuse with a ValueError.
 Every parameter of a mixer is a routing parameter: the optimizer gives them their own group and
 conversion from a standard checkpoint leaves them at `reset_parameters()`.
 """
@@ -42,7 +42,7 @@ class DepthMixer(nn.Module):
         raise NotImplementedError
 
     def reset_parameters(self) -> None:
-        """The initialisation the method prescribes (for routers: zero queries, METHOD §2)."""
+        """The initialisation the method prescribes (for routers: zero queries, method §2)."""
 
     def draw_queries(self, std: float) -> None:
         """Re-draw any static query from N(0, std): the `query_init: normal` ablation. No-op without one."""

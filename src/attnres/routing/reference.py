@@ -1,4 +1,4 @@
-"""The reference router: METHOD §2 written out plainly. Every faster path is tested against it."""
+"""The reference router: method §2 written out plainly. Every faster path is tested against it."""
 
 from __future__ import annotations
 

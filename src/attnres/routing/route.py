@@ -12,7 +12,7 @@ from attnres.routing.lean import route_sources
 from attnres.routing.triton_route import route_sources_triton, triton_available
 
 # How routers compute (the same function at different speeds): "auto" = Triton on CUDA when available,
-# else the memory-lean custom op; "reference" = the plain METHOD §2 code every path is tested against.
+# else the memory-lean custom op; "reference" = the plain method §2 code every path is tested against.
 IMPLS = ("auto", "reference", "lean", "triton")
 
 

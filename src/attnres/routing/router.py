@@ -1,4 +1,4 @@
-"""The Router: one static pseudo-query and one key norm per routed input (METHOD §2)."""
+"""The Router: one static pseudo-query and one key norm per routed input (method §2)."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from attnres.routing.two_phase import RoutedPrefix, merge_source
 
 
 class Router(DepthMixer):
-    """R(w, g; V_1 ... V_n) of METHOD §2, optionally scaled by a scalar gate.
+    """R(w, g; V_1 ... V_n) of method §2, optionally scaled by a scalar gate.
 
     Parameters: `query` (D,) initialised to zero, so the weights start uniform; `key_norm.weight`
     (D,) initialised to one; `gate` () initialised to zero when `gated` (Delta Block's exact
-    conversion, METHOD §4), else None.
+    conversion, method §4), else None.
     """
 
     static_query = True

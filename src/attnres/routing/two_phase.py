@@ -1,4 +1,4 @@
-"""Two-phase routing (METHOD §5): route a group of static queries over shared sources in one call,
+"""Two-phase routing (method §5): route a group of static queries over shared sources in one call,
 then merge each router's result with later sources by online softmax.
 
 Phase 1 (`route_group`) reads each shared source once for the whole group and keeps, per router, the

@@ -42,10 +42,15 @@ class LoadedCheckpoint:
     model: AttnResLM
 
 
+RUNS_LISTED = 10  # run or checkpoint directories named in the message for a folder that is neither
+CHECKPOINT_MARKERS = ("state.json", "model.safetensors", ".metadata")  # a (possibly broken) checkpoint has one
+
+
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory as given, or a run directory's latest checkpoint (`<run>/checkpoints/step_N`).
 
-    Raises CheckpointError for a path that does not exist and for a run directory without checkpoints.
+    Raises CheckpointError for a path that does not exist, for a run directory without checkpoints,
+    and for a folder that is neither (naming the run and checkpoint directories found inside it).
     """
     path = Path(path)
     if not path.exists():
@@ -56,7 +61,26 @@ def resolve_checkpoint(path: str | Path) -> Path:
         if latest is None:
             raise CheckpointError(f"run directory {path} has no complete checkpoint under {path / 'checkpoints'}")
         return latest.path
+    if path.is_dir() and not any((path / name).exists() for name in CHECKPOINT_MARKERS):
+        # Neither a checkpoint (not even a broken one) nor a run: say what is inside instead.
+        found = _runs_and_checkpoints_inside(path)
+        listing = "; inside it: " + ", ".join(map(str, found[:RUNS_LISTED])) if found else ""
+        more = f" (and {len(found) - RUNS_LISTED} more)" if len(found) > RUNS_LISTED else ""
+        raise CheckpointError(f"{path} is not a checkpoint directory (runs/X/checkpoints/step_N, with state.json) "
+                              f"or a run directory (with checkpoints/){listing}{more}")
     return path
+
+
+def _runs_and_checkpoints_inside(folder: Path, depth: int = 3) -> list[Path]:
+    """Run directories (holding checkpoints/) and loose checkpoint directories (holding state.json) under
+    `folder`, at most `depth` levels down, in name order; a run's own checkpoints are not listed again."""
+    found: list[Path] = []
+    for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if (child / "checkpoints").is_dir() or (child / "state.json").is_file():
+            found.append(child)
+        elif depth > 1:
+            found += _runs_and_checkpoints_inside(child, depth - 1)
+    return found
 
 
 def load_checkpoint(path: str | Path, device: str = "cpu") -> LoadedCheckpoint:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from attnres.checkpoint import Checkpoint, CheckpointError, checkpoint_dirs
+from attnres.checkpoint.hf_dir import hf_directory_files, read_generation_config
 from attnres.common.atomic import write_atomic
 from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
@@ -55,29 +57,35 @@ class TrainResult:
     step_times: list[float]
 
 
-def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print) -> TrainResult:
+def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print,
+          on_step: Callable[[dict], object] | None = None) -> TrainResult:
     """Train `run` from scratch (an empty run directory) or, with `resume`, from its latest checkpoint.
 
     Writes into run.out_dir: metrics.jsonl, tensorboard/, tokenizer/, checkpoints/step_N/, config.yaml.
     Raises TrainingError on a non-finite loss (nothing is saved for that step; the last good
     checkpoint stays) and CheckpointError for a corrupt or mismatched checkpoint. Resuming reads
-    either checkpoint format at any world size and parallel kind.
+    either checkpoint format at any world size and parallel kind. on_step(record) is called on rank 0
+    after every optimizer step with its metrics record (`Trainer.optimizer_step`), for progress
+    displays of a caller (`attnres compare`'s bar over a whole comparison).
     """
-    return Trainer(run, resume=resume, device=device, log=log).fit()
+    return Trainer(run, resume=resume, device=device, log=log, on_step=on_step).fit()
 
 
 class Trainer:
     """One training run. Construction sets it up; `fit()` trains to run.train.steps."""
 
-    def __init__(self, run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print) -> None:
+    def __init__(self, run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print,
+                 on_step: Callable[[dict], object] | None = None) -> None:
         self.run, self.cfg, self.device = run, run.train, torch.device(device)
         self.env = current_env(self.device)
         self.mode = resolve_parallel(self.cfg, self.env)
         self.main = is_main()
         self.log = log if self.main else _quiet
+        self.on_step = on_step if self.main else None
         self.run_dir = Path(run.out_dir)
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", self.cfg.keep_checkpoints, self.mode)
         self.step, self.val_loss, self.step_times = 0, math.nan, []
+        self._hf_files: dict[str, bytes] | None = None  # config, generation defaults, tokenizer: built on first save
         self._set_up(self._checkpoint_to_resume() if resume else self._check_fresh())
 
     # ------------------------------------------------------------------ set up
@@ -156,6 +164,8 @@ class Trainer:
                 self._at_intervals(record)
                 progress.update(1)
                 progress.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+                if self.on_step is not None:
+                    self.on_step(record)
         finally:
             progress.close()
             self.metrics.close()
@@ -214,9 +224,12 @@ class Trainer:
 
     def save(self) -> Path:
         """A checkpoint of the current step (a collective in a process group)."""
+        if self._hf_files is None and not self.checkpointer.distributed:  # the same for every save
+            source = read_generation_config(self.run.init_from) if self.run.init_from else None
+            self._hf_files = hf_directory_files(self.model.config, self.data.tokenizer, source)
         self.last_saved = self.checkpointer.save(self.step, self.model, self.optimizer, self.scheduler,
                                                  self.run.to_dict(), {"data": self.loader.state_dict()},
-                                                 hf_config=self.model.config.to_hf_dict())
+                                                 hf_files=self._hf_files)
         return self.last_saved
 
 

@@ -1,0 +1,88 @@
+"""One look per variant: the colour, marker and line style a variant has in every figure of every report.
+
+`variant_style` is a pure function of the variant (residual, num_blocks, exact_conversion,
+query_init), never of which other variants a figure happens to draw, so orange is Block AttnRes in
+the comparison report, in `attnres analyze` and in the study's figures alike. The colour comes from
+the residual; block counts shade it (fewer blocks lighter, more darker) and change the marker;
+`exact_conversion` and `query_init: normal` change the line style (and hollow the marker), so the
+13 variants of the study preset stay apart.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+
+from matplotlib.colors import to_hex, to_rgb
+
+# The built-in residuals; tab10 colours, standard in dark grey as the neutral reference.
+RESIDUAL_COLORS = {"standard": "#4d4d4d", "full_attnres": "#1f77b4", "block_attnres": "#ff7f0e",
+                   "delta_attnres": "#2ca02c", "delta_block": "#d62728"}
+# Residuals registered later get one of these, chosen by a hash of the name (the same in every run).
+SPARE_COLORS = ("#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf")
+BLOCK_MARKERS = {None: "o", 1: "v", 2: "^", 4: "s", 8: "D", 16: "P", 32: "X"}
+SPARE_MARKERS = ("<", ">", "h", "p", "*", "8", "d")
+LINESTYLES = {None: "-", "gate": "-.", "partial": ":"}
+NORMAL_QUERY_LINESTYLE = "--"
+SHADE_PER_DOUBLING = 0.15  # how much lighter each halving of num_blocks below 8 makes the colour
+BASE_BLOCKS = 8  # the block count drawn in the residual's own colour (the papers' usual N)
+
+
+def _stable_pick(options: tuple, key: str):
+    return options[zlib.crc32(key.encode()) % len(options)]
+
+
+def _shade(color: str, amount: float) -> str:
+    """`color` mixed towards white (amount > 0) or black (amount < 0) by |amount| (0..1)."""
+    rgb = to_rgb(color)
+    target = 1.0 if amount > 0 else 0.0
+    return to_hex(tuple(c + (target - c) * abs(amount) for c in rgb))
+
+
+def variant_style(residual: str, num_blocks: int | None = None, exact_conversion: str | None = None,
+                  query_init: str | None = None) -> dict:
+    """Matplotlib keyword arguments of one variant's lines and points: {"color", "marker", "linestyle",
+    "markerfacecolor"} (bars use "color"). The same variant gets the same style in every figure."""
+    color = RESIDUAL_COLORS.get(residual) or _stable_pick(SPARE_COLORS, residual)
+    if num_blocks:
+        # log2: 8 blocks keep the colour, each halving lightens it, each doubling darkens it
+        amount = SHADE_PER_DOUBLING * (math.log2(BASE_BLOCKS) - math.log2(num_blocks))
+        color = _shade(color, max(-0.45, min(0.5, amount)))
+    marker = BLOCK_MARKERS.get(num_blocks) or _stable_pick(SPARE_MARKERS, str(num_blocks))
+    linestyle = LINESTYLES.get(exact_conversion) or _stable_pick(("-.", ":"), str(exact_conversion))
+    normal_queries = query_init == "normal"
+    if normal_queries:
+        linestyle = NORMAL_QUERY_LINESTYLE
+    return {"color": color, "marker": marker, "linestyle": linestyle,
+            "markerfacecolor": "white" if normal_queries or exact_conversion else color}
+
+
+def style_of(fields: dict) -> dict:
+    """`variant_style` of a mapping with the variant's fields (a preset variant, a comparison summary
+    entry, an `attnres analyze` checkpoint entry): residual, and optionally num_blocks,
+    exact_conversion, query_init."""
+    return variant_style(fields["residual"], fields.get("num_blocks"), fields.get("exact_conversion"),
+                         fields.get("query_init"))
+
+
+REPEAT_LINESTYLES = ("--", ":", "-.", (0, (5, 1, 1, 1)))
+
+
+def series_styles(series: dict[str, dict]) -> dict[str, dict]:
+    """Styles of named series, name -> variant fields (as `style_of` takes). A series whose variant's
+    style is taken already (two checkpoints of one run, say) keeps its colour and marker and gets the
+    first of REPEAT_LINESTYLES, with a hollow marker, that no earlier series has, so no two look alike."""
+    styles, used = {}, set()
+    for name, fields in series.items():
+        style = style_of(fields)
+        for linestyle in REPEAT_LINESTYLES:
+            if _key(style) not in used:
+                break
+            style = {**style, "linestyle": linestyle, "markerfacecolor": "white"}
+        used.add(_key(style))
+        styles[name] = style
+    return styles
+
+
+def _key(style: dict) -> tuple:
+    return tuple(sorted((k, str(v)) for k, v in style.items()))

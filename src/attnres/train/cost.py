@@ -1,0 +1,117 @@
+"""What one model's steps cost: a model with its AdamW and fixed inputs, and the operations that are timed.
+
+Shared by `attnres bench` and the cost measurement of `attnres compare` (siblings that must not
+import each other), so both time the same training step and measure memory the same way. The
+timing itself is `attnres.common.timing.run_interleaved`.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable
+
+import torch
+
+from attnres.common.precision import autocast
+from attnres.common.timing import ratio
+from attnres.model import AttnResLM, KVCache, ModelConfig
+from attnres.train.memory import measure_step_memory
+
+
+def device_sync(device: torch.device) -> Callable[[], None] | None:
+    """torch.cuda.synchronize for a CUDA device, else None (CPU work is synchronous)."""
+    if device.type == "cuda":
+        return lambda: torch.cuda.synchronize(device)
+    return None
+
+
+def release_memory(device: torch.device) -> None:
+    """Collect garbage (and empty CUDA's cache) after a measurement's models are dropped."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+class VariantRunner:
+    """One model with its AdamW and fixed inputs; the operations a cost measurement times.
+
+    batch: (B, T) token ids for training and prefill; decode_ids: (B, K) tokens fed one at a time
+    (None when decoding is not measured). The weights are drawn from `seed`, so every variant of a
+    measurement starts from the same shared weights.
+    """
+
+    def __init__(self, model_config: ModelConfig, device: torch.device, precision: str, batch: torch.Tensor,
+                 decode_ids: torch.Tensor | None, seed: int) -> None:
+        torch.manual_seed(seed)  # every variant starts from the same shared weights
+        self.config = model_config
+        self.model = AttnResLM(model_config).to(device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.batch, self.decode_ids = batch, decode_ids
+        self.precision = precision
+        self.device = device
+        self._cache: KVCache | None = None
+
+    def _autocast(self):
+        return autocast(self.device, self.precision)
+
+    def train_step(self) -> None:
+        """Forward with loss, backward, AdamW step on `batch`."""
+        self.optimizer.zero_grad(set_to_none=True)
+        with self._autocast():
+            loss = self.model(self.batch, labels=self.batch).loss
+        loss.backward()
+        self.optimizer.step()
+
+    @torch.no_grad()
+    def prefill(self) -> None:
+        """Forward of the whole prompt `batch` into a fresh KV cache (kept for the next decode)."""
+        cache = KVCache()
+        with self._autocast():
+            self.model(self.batch, cache=cache)
+        self._cache = cache
+
+    def decode_setup(self) -> None:
+        """Untimed: make sure a prefilled cache is ready (reuses the last prefill's cache)."""
+        if self._cache is None:
+            self.prefill()
+
+    @torch.no_grad()
+    def decode(self) -> None:
+        """Generate decode_ids.shape[1] tokens one at a time with the cache (consumes the cache)."""
+        cache, self._cache = self._cache, None
+        with self._autocast():
+            for t in range(self.decode_ids.shape[1]):
+                self.model(self.decode_ids[:, t:t + 1], cache=cache)
+
+    def parameters(self) -> int:
+        """Number of parameters of the model."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    def memory(self) -> dict:
+        """Bytes of one training step: activation_bytes (saved for backward), peak_bytes, parameter_bytes,
+        non_activation_bytes = peak - activation.
+
+        CPU: peak is measure_step_memory's estimate (params + grads + 2 AdamW moments + activations).
+        CUDA: the allocator peak of the step minus what was resident before it (other models
+        included), plus this model's parameters and AdamW state.
+        """
+        self.model.zero_grad(set_to_none=True)
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize(self.device)
+            resident = torch.cuda.memory_allocated(self.device)
+        result = measure_step_memory(self.model, self.batch, self.precision)
+        if cuda:
+            state = sum(t.numel() * t.element_size() for s in self.optimizer.state.values()
+                        for t in s.values() if torch.is_tensor(t))
+            result["peak_bytes"] = int(result["peak_bytes"] - resident + result["parameter_bytes"] + state)
+        result["non_activation_bytes"] = result["peak_bytes"] - result["activation_bytes"]
+        return result
+
+
+def memory_ratios(memory: dict, base: dict) -> dict:
+    """{"peak_memory", "activation_memory", "non_activation_memory"}: `VariantRunner.memory()` bytes of a
+    variant divided by the baseline's (None where a value is missing or the base is not positive)."""
+    return {"peak_memory": ratio(memory.get("peak_bytes"), base.get("peak_bytes")),
+            "activation_memory": ratio(memory.get("activation_bytes"), base.get("activation_bytes")),
+            "non_activation_memory": ratio(memory.get("non_activation_bytes"), base.get("non_activation_bytes"))}
