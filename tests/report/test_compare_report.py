@@ -239,6 +239,17 @@ def test_cost_figure_says_noisy_instead_of_a_number(tmp_path, captured_figures):
     labels = [" ".join(t.get_text().split()) for t in step.texts]
     assert labels == ["2.00×", "noisy: 1.00–2.50×"]  # standard is the baseline, not a bar
     assert [t.get_text().strip() for t in fig.axes[1].texts] == [f"{1500 / 1100:.2f}×", "n/a"]
+    caption = (tmp_path / "report.md").read_text().split("figures/cost.png)", 1)[1].split("\n\n", 2)[1]
+    assert "labelled noisy (delta &lt;block&gt; (N=2))" in caption  # the caption names what is drawn
+
+
+def test_cost_caption_mentions_no_hatched_bar_when_none_is_drawn(tmp_path):
+    results = make_results()
+    for variant in results["cost"]["variants"].values():  # every variant as steady as standard
+        variant["train_step_s"]["samples_s"] = list(results["cost"]["variants"]["standard"]["train_step_s"]["samples_s"])
+    write_report(results, tmp_path)
+    caption = (tmp_path / "report.md").read_text().split("figures/cost.png)", 1)[1].split("\n\n", 2)[1]
+    assert caption.startswith("*Training step") and "noisy" not in caption and "hatched" not in caption
 
 
 def test_results_without_a_cost_measurement_say_so(tmp_path):
@@ -248,6 +259,8 @@ def test_results_without_a_cost_measurement_say_so(tmp_path):
     assert not (tmp_path / "figures" / "cost.png").exists() and tmp_path / "figures" / "cost.png" not in written
     assert "hold no cost measurement" in cost_section((tmp_path / "report.md").read_text())
     assert table_row((tmp_path / "report.md").read_text(), "full_attnres")[5] == "-"
+    results_text = (tmp_path / "report.md").read_text().split("## Results", 1)[1].split("## Cost", 1)[0]
+    assert "come from the cost measurement" not in results_text and "'-': these results hold no cost" in results_text
 
 
 def test_captions_describe_what_is_drawn(tmp_path):

@@ -130,11 +130,13 @@ def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[st
                  "peak memory": {"ratio": e["peak_memory_ratio"]},
                  "activations": {"ratio": e["activation_ratio"]}} for n, e in routed.items()},
             fig_dir / "cost.png", "Cost relative to standard (measured after training, interleaved)", styles)
+        noisy = [n for n, e in routed.items() if e["step_time_noisy"]]
+        noisy_text = (f" A hatched, pale bar labelled noisy ({', '.join(noisy)}) is one whose interval is too wide "
+                      f"to quote." if noisy else "")
         figures.append(("figures/cost.png", "cost ratios",
                         "Training step, peak memory and activation memory of each variant divided by standard's, "
-                        "from the cost measurement below; the whisker is the step ratio's confidence interval, "
-                        "and a hatched, pale bar labelled noisy is one whose interval is too wide to quote. "
-                        "Bars right of the dashed line at 1.0 cost more than standard."))
+                        "from the Cost section's measurement; the whisker is the step ratio's confidence "
+                        f"interval.{noisy_text} Bars right of the dashed line at 1.0 cost more than standard."))
     plots.plot_max_weight_by_depth({n: e["max_weight_by_depth"] for n, e in routed.items()},
                                    fig_dir / "max_weight_by_depth.png", "Routing sharpness by depth", styles)
     figures.append(("figures/max_weight_by_depth.png", "max routing weight by depth",
@@ -240,11 +242,13 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                                          for name, entry in summary.items()], True),
                ("p", "Validation loss in nats/token at the end of training, mean ± sample std over seeds; "
                      "perplexity = exp(loss), averaged per seed; its 95% CI is the Student-t interval of that mean over "
-                     "seeds (none for one seed). Train step × and peak memory × come from the cost measurement "
-                     "below (every variant interleaved in one process after training), with the confidence "
-                     "interval of the step ratio in brackets, or 'noisy' where it is too wide to quote a number. "
-                     "Max weight: token-mean of the largest routing weight over the deepest third of "
-                     "multi-source routers (1 = routing picks one source)."),
+                     "seeds (none for one seed). "
+                     + ("Train step × and peak memory × come from the cost measurement below (every variant "
+                        "interleaved in one process after training), with the confidence interval of the step ratio "
+                        "in brackets, or 'noisy' where it is too wide to quote a number. " if results.get("cost") else
+                        "Train step × and peak memory × are '-': these results hold no cost measurement. ")
+                     + "Max weight: token-mean of the largest routing weight over the deepest third of "
+                       "multi-source routers (1 = routing picks one source)."),
                *_cost_blocks(results, summary),
                ("h2", "Runs"),
                ("table", RUN_HEADER, [_run_row(v["name"], r) for v in results["variants"] for r in v["runs"]], True),
