@@ -37,11 +37,11 @@ def apply_umask(path: str | os.PathLike[str]) -> None:
     mkstemp/mkdtemp and some writers (safetensors' save_file) create owner-only entries; published
     files are meant to be read like every other file the process writes."""
     path = Path(path)
-    os.chmod(path, umask_mode(path.is_dir()))
-    if path.is_dir():
-        for entry in path.rglob("*"):
-            if not entry.is_symlink():
-                os.chmod(entry, umask_mode(entry.is_dir()))
+    file_mode, dir_mode = umask_mode(), umask_mode(directory=True)  # the umask read once, not per entry
+    entries = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for entry in entries:
+        if not entry.is_symlink():
+            os.chmod(entry, dir_mode if entry.is_dir() else file_mode)
 
 
 def publish(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:

@@ -397,10 +397,12 @@ def _load_torch(file: Path) -> dict[str, torch.Tensor]:
 
 def convert_checkpoint(path, residual: str = "standard", num_blocks: int | None = None,
                        exact_conversion: str | None = None, dtype: torch.dtype = torch.float32,
-                       max_seq_len: int | None = None) -> AttnResLM:
+                       max_seq_len: int | None = None, source_config: dict | None = None) -> AttnResLM:
     """An `AttnResLM` (eval mode, parameters in `dtype`) holding a local HF checkpoint's weights.
 
     path: a Hugging Face checkpoint directory, or a `.gguf` file (read through transformers).
+    source_config: `read_source_config(path)` when the caller has read it already (reading a GGUF
+    file's metadata takes seconds); read here otherwise.
 
     Config refusals come first, before any weight is read. Routers are not in the checkpoint and
     keep their initialisation (zero queries, zero gates), so `standard` and the function-preserving
@@ -410,7 +412,9 @@ def convert_checkpoint(path, residual: str = "standard", num_blocks: int | None 
     """
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ConversionError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
-    config = model_config_from_hf(read_source_config(path), residual=residual, num_blocks=num_blocks,
+    if source_config is None:
+        source_config = read_source_config(path)
+    config = model_config_from_hf(source_config, residual=residual, num_blocks=num_blocks,
                                   exact_conversion=exact_conversion, max_seq_len=max_seq_len)
     gguf = str(path).endswith(".gguf")  # transformers reads and dequantises it (needs gguf, accelerate)
     state = convert_state_dict(read_gguf_weights(path) if gguf else _read_weights(_checkpoint_directory(path)),

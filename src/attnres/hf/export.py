@@ -66,9 +66,10 @@ def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "stan
     its generation defaults (generation_config.json, eos lists included; for a GGUF file, those
     transformers derives from its metadata) and its tokenizer (copied, or the GGUF's embedded one
     saved), chat template included. Returns (out_dir, the converted model)."""
+    source_config = read_source_config(source)  # once: a GGUF file's metadata takes seconds to read
     model = convert_checkpoint(source, residual=residual, num_blocks=num_blocks, exact_conversion=exact_conversion,
-                               dtype=dtype, max_seq_len=max_seq_len)
-    ids = special_token_ids(read_source_config(source))
+                               dtype=dtype, max_seq_len=max_seq_len, source_config=source_config)
+    ids = special_token_ids(source_config)
     if str(source).endswith(".gguf"):
         from attnres.hf.gguf import save_gguf_tokenizer
 
