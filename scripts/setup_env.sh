@@ -44,6 +44,7 @@ _setup_stage() {
 if [ ! -x "$VENV/bin/python" ]; then
     _setup_stage "creating the virtual environment $VENV" "$PY" -m venv "$VENV"
 fi
+INSTALLED=0
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
     _setup_say "installing pinned dependencies into $VENV (first time: 3 to 4 minutes on 2 cores)"
     PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check)
@@ -52,6 +53,28 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
         "${PIP[@]}" -r "$ROOT/requirements/test.txt"
     _setup_stage "3/3 attnres itself (editable)" "${PIP[@]}" --no-deps -e "$ROOT"
     echo "$WANT" > "$STAMP"
+    INSTALLED=1
+fi
+# The fused CPU routing extension (src/attnres/routing/csrc), compiled for this machine with g++ and
+# ninja into ~/.cache/attnres/extensions (attnres/routing/fused_cpu.py says why and how). Built again
+# when its source or the environment changed, or when the built file is gone; its stamp holds a hash
+# of what it was built from and the library's path. ATTNRES_BUILD_FUSED_CPU=0 skips it: routing_impl
+# "auto" then uses the lean PyTorch ops on CPU. A failed build fails the set-up, with the compiler's output.
+EXT_STAMP="$VENV/.attnres-fused-cpu"
+EXT_WANT="$(cat "$ROOT/src/attnres/routing/csrc/"*.cpp "$ROOT/src/attnres/routing/fused_cpu.py" "$STAMP" \
+    | sha256sum | cut -d' ' -f1)"
+if [ "${ATTNRES_BUILD_FUSED_CPU:-1}" != 0 ] && { [ "$(head -n 1 "$EXT_STAMP" 2>/dev/null)" != "$EXT_WANT" ] \
+        || [ ! -f "$(sed -n 2p "$EXT_STAMP" 2>/dev/null)" ]; }; then
+    rm -f "$EXT_STAMP.path"
+    _setup_stage "building the fused CPU routing extension (about 20 s)" \
+        "$VENV/bin/python" -m attnres.routing.fused_cpu_build --path-file "$EXT_STAMP.path"
+    if [ -f "$EXT_STAMP.path" ]; then
+        { echo "$EXT_WANT"; cat "$EXT_STAMP.path"; } > "$EXT_STAMP"
+        rm -f "$EXT_STAMP.path"
+    fi
+    INSTALLED=1
+fi
+if [ "$INSTALLED" = 1 ]; then
     _setup_say "ready: $VENV/bin/attnres, $VENV/bin/python (or: source $VENV/bin/activate)"
 else
     _setup_say "$VENV is up to date"

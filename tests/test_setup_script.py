@@ -16,9 +16,11 @@ if [ -n "${STUB_FAIL:-}" ] && [[ "$*" == *"$STUB_FAIL"* ]]; then echo "ERROR: no
 
 
 def run_setup(tmp_path, **env):
+    """The script with the stub for python; the fused extension's build stage is off unless env turns it on."""
     stub = tmp_path / "python3"
     stub.write_text(STUB)
     stub.chmod(0o755)
+    env = {"ATTNRES_BUILD_FUSED_CPU": "0", **env}
     return subprocess.run(["bash", str(ROOT / "scripts" / "setup_env.sh")], capture_output=True, text=True,
                           env={**os.environ, "PYTHON": str(stub), "ATTNRES_VENV": str(tmp_path / "venv"), **env},
                           timeout=60)
@@ -43,3 +45,14 @@ def test_a_failing_stage_shows_its_output_and_fails(tmp_path):
     assert result.returncode == 3
     assert "ERROR: no such package" in result.stderr
     assert "FAILED: 2/3" in result.stderr and "attnres itself" not in result.stderr
+
+
+def test_the_fused_extension_is_built_after_attnres_and_a_failed_build_fails(tmp_path):
+    result = run_setup(tmp_path, ATTNRES_BUILD_FUSED_CPU="1")
+    assert result.returncode == 0, result.stderr
+    stages = [line for line in result.stderr.splitlines() if line.startswith("attnres setup:") and line.endswith("...")]
+    assert len(stages) == 5 and "attnres itself" in stages[3] and "fused CPU routing extension" in stages[4]
+    assert "ready:" in result.stderr.splitlines()[-1]
+    (tmp_path / "again").mkdir()
+    failed = run_setup(tmp_path / "again", ATTNRES_BUILD_FUSED_CPU="1", STUB_FAIL="fused_cpu_build")
+    assert failed.returncode == 3 and "FAILED: building the fused CPU routing extension" in failed.stderr

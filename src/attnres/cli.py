@@ -108,6 +108,51 @@ def _lm_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    import torch
+
+    from attnres.common.checks import check_int
+    from attnres.hf.fast_generation import load_model_dir
+
+    check_int(args.max_new_tokens, "--max-new-tokens")
+    check_int(args.threads, "--threads", allow_none=True)
+    if not args.prompt:
+        raise ValueError("--prompt must be a non-empty text")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_model_dir(args.model, args.device)
+    text = args.prompt
+    if args.chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"--chat: the tokenizer of {args.model} has no chat template; drop --chat")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+    ids = tokenizer(text, return_tensors="pt")["input_ids"].to(args.device)
+    options = {"do_sample": False}
+    given = [flag for flag, value in (("--temperature", args.temperature), ("--top-k", args.top_k),
+                                      ("--top-p", args.top_p), ("--seed", args.seed)) if value is not None]
+    if given and not args.sample:
+        raise ValueError(f"{', '.join(given)} only apply with --sample (greedy decoding has no randomness)")
+    if args.sample:
+        if args.seed is not None:
+            torch.manual_seed(args.seed)
+        options = {"do_sample": True, **{key: value for key, value in (
+            ("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p)) if value is not None}}
+    result = model.generate_fast(ids, max_new_tokens=args.max_new_tokens, precision=args.precision,
+                                 disable_compile=not args.compile, **options)
+    print(tokenizer.decode(result.sequences[0, ids.shape[1]:], skip_special_tokens=True))
+    compiled = (f"{result.compile_s:.1f} s (the first decode step: torch.compile, mode {result.compile_mode!r})"
+                if args.compile else "none (--no-compile: the same fixed-shape step runs eagerly)")
+    print(f"prompt: {result.prompt_tokens} tokens, prefill {result.prefill_s:.3f} s "
+          f"({result.prefill_tokens_per_s:.1f} tokens/s)\n"
+          f"compile: {compiled}\n"
+          f"decode: {result.decode_steps} tokens in {result.decode_s:.3f} s "
+          f"({result.decode_tokens_per_s:.1f} tokens/s); {result.new_tokens} new tokens in all, {args.precision}, "
+          f"{torch.get_num_threads()} threads, {args.device}",
+          file=sys.stderr)
+    return 0
+
+
 def _bench(args: argparse.Namespace) -> int:
     from attnres.bench import format_markdown, resolve_config, run_bench
     from attnres.bench.config import SETTING_NAMES
@@ -148,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand; every option's help names its choices and default."""
     from attnres import __version__
     from attnres.bench.config import DEFAULT_PRESET, flag_arguments
+    from attnres.common.precision import PRECISIONS
     from attnres.residual import VARIANTS
 
     parser = argparse.ArgumentParser(prog="attnres", description="Depth routing residuals for language models.")
@@ -222,6 +268,41 @@ def build_parser() -> argparse.ArgumentParser:
     lm_eval.add_argument("--out", default=None, help="also write the results JSON here (default: print only)")
     lm_eval.add_argument("--device", default="cpu", help=DEVICE_HELP)
     lm_eval.set_defaults(handler=_lm_eval)
+
+    generate = sub.add_parser("generate", help="generate text from a Hugging Face-format attnres model with the "
+                                               "static KV cache and compiled decode step; prints the text, then "
+                                               "prefill, compile and decode times on stderr",
+                              description="Greedy (or, with --sample, sampled) decoding through "
+                                          "AttnResForCausalLM.generate_fast (docs/generation.md). The text goes to "
+                                          "stdout; the timings to stderr.")
+    generate.add_argument("model", metavar="MODEL", help="a directory from `attnres convert`, or a training checkpoint "
+                                                         "directory (runs/X/checkpoints/step_N)")
+    generate.add_argument("--prompt", required=True, help="the text to continue (required)")
+    generate.add_argument("--max-new-tokens", type=int, default=64,
+                          help="most tokens to generate; fewer when the model's end token comes (default: %(default)s)")
+    generate.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                          help="fp32, or bf16 under autocast (default: %(default)s)")
+    generate.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                          help="compile the decode step with torch.compile (the first step then takes about a "
+                               "minute or more on a CPU); --no-compile runs the same step eagerly (default: compile)")
+    generate.add_argument("--threads", type=int, default=None,
+                          help="torch intra-op threads (default: torch's setting, one per core)")
+    generate.add_argument("--chat", action="store_true",
+                          help="wrap the prompt as one user turn in the tokenizer's chat template")
+    generate.add_argument("--sample", action="store_true",
+                          help="sample instead of greedy decoding, with the model's generation defaults for "
+                               "temperature, top-k and top-p unless given below")
+    generate.add_argument("--temperature", type=float, default=None,
+                          help="with --sample: softmax temperature (default: the model's, else 1.0)")
+    generate.add_argument("--top-k", type=int, default=None,
+                          help="with --sample: keep the K most likely tokens, 0 for all "
+                               "(default: the model's, else 50)")
+    generate.add_argument("--top-p", type=float, default=None,
+                          help="with --sample: keep the most likely tokens up to this probability "
+                               "(default: the model's, else 1.0)")
+    generate.add_argument("--seed", type=int, default=None, help="with --sample: torch's random seed (default: none)")
+    generate.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    generate.set_defaults(handler=_generate)
 
     bench = sub.add_parser("bench", help="time and memory of each variant against standard, a depth sweep and "
                                          "a router micro-benchmark; writes bench.md and bench.json",

@@ -42,7 +42,7 @@ def test_paper_gpu_preset_runs_on_cuda():
     ({"hidden_size": 0}, "--hidden must be a positive integer"),
     ({"hidden_size": 33}, "--hidden must be even"),
     ({"precision": "fp16"}, "--precision must be one of ['bf16', 'fp32'], got 'fp16'"),
-    ({"routing_impl": "fast"}, "--routing-impl must be one of ['auto', 'reference', 'lean', 'triton']"),
+    ({"routing_impl": "fast"}, "--routing-impl must be one of ['auto', 'reference', 'lean', 'triton', 'fused']"),
     ({"variants": "block_attnres,foo"}, "--variants: unknown variant 'foo'; allowed: "),
     ({"variants": "standard"}, "'standard' is always run as the baseline"),
     ({"variants": "delta_block,delta_block"}, "--variants lists a variant twice"),
@@ -50,6 +50,7 @@ def test_paper_gpu_preset_runs_on_cuda():
     ({"depths": "12,0"}, "--depths: every depth must be a positive integer, got 0"),
     ({"device": "tpu"}, "--device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'"),
     ({"threads": 0}, "--threads must be a positive integer"),
+    ({"compiled_decode": "yes"}, "--compiled-decode must be true or false, got 'yes'"),
 ])
 def test_invalid_settings_name_the_option(overrides, message):
     with pytest.raises(ValueError) as error:
@@ -171,7 +172,8 @@ def test_every_setting_has_a_generated_flag(capsys):
     assert [f.name for f in settings] == list(SETTING_NAMES)
     for spec in settings:
         action = actions[spec.name]
-        assert action.option_strings == [OPTION_NAMES[spec.name]]
+        flag = OPTION_NAMES[spec.name]
+        assert action.option_strings == ([flag, "--no-" + flag[2:]] if spec.type in (bool, "bool") else [flag])
         assert spec.metadata["help"] in action.help and action.default is None
     assert {OPTION_NAMES[n] for n in ("hidden_size", "num_layers", "seq_len", "routing_impl")} == \
         {"--hidden", "--layers", "--seq-len", "--routing-impl"}
@@ -183,8 +185,10 @@ def test_every_setting_has_a_generated_flag(capsys):
 
 def test_flags_parse_to_field_types():
     args = build_parser().parse_args(["bench", "--hidden", "32", "--threads", "2", "--precision", "fp32",
-                                      "--variants", "delta_block", "block_attnres", "--depths", "3,6"])
+                                      "--variants", "delta_block", "block_attnres", "--depths", "3,6",
+                                      "--no-compiled-decode"])
     assert args.hidden_size == 32 and args.threads == 2 and args.precision == "fp32"
+    assert args.compiled_decode is False and build_parser().parse_args(["bench"]).compiled_decode is None
     assert args.variants == ["delta_block", "block_attnres"] and args.depths == ["3,6"]
     assert args.num_layers is None  # not given: the preset's value stays
     config = resolve_config(**{name: getattr(args, name) for name in SETTING_NAMES})

@@ -1,8 +1,12 @@
 """The report: a tiny end-to-end run through the command line writes bench.json and bench.md."""
 
+import functools
 import json
 import shlex
 
+import pytest
+
+import attnres.train.cost
 from attnres.bench.config import BASELINE, VARIANTS
 from attnres.bench.report import format_markdown
 from attnres.cli import main
@@ -63,3 +67,22 @@ def test_variants_subset_and_no_sweep(tmp_path):
     assert results["depth_sweep"] == []
     markdown = (out / "bench.md").read_text()
     assert "## Depth sweep" not in markdown
+
+
+@pytest.mark.compile
+def test_compiled_decode_is_timed_beside_eager_decode(tmp_path, monkeypatch):
+    # aot_eager traces the same fullgraph step as inductor, without its minutes of code generation.
+    monkeypatch.setattr(attnres.train.cost, "FastGenerator",
+                        functools.partial(attnres.train.cost.FastGenerator, backend="aot_eager"))
+    out = tmp_path / "bench"
+    assert main(["bench", "--quick", "--hidden", "16", "--layers", "1", "--seq-len", "4", "--vocab-size", "32",
+                 "--decode-tokens", "3", "--depths", "none", "--router-batch", "1", "--warmup", "0",
+                 "--variants", "block_attnres", "--precision", "fp32", "--compiled-decode", "--out", str(out)]) == 0
+    results = json.loads((out / "bench.json").read_text())
+    for name, row in results["models"]["variants"].items():
+        assert len(row["decode_compiled_per_token_s"]["samples_s"]) == 5
+        assert row["decode_compile_s"] > 0  # compiled once, in the untimed setup (--warmup 0)
+        assert row["ratios"]["decode_compiled_per_token"] > 0 and row["compiled_decode_speedup"] > 0
+    assert results["models"]["variants"][BASELINE]["ratios"]["decode_compiled_per_token"] == 1.0
+    markdown = (out / "bench.md").read_text()
+    assert "### Decode: eager and compiled" in markdown and "| block_attnres |" in markdown

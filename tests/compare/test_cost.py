@@ -41,7 +41,7 @@ def test_every_variant_is_timed_in_every_round_standard_first(monkeypatch):
     assert block["parameters"] > result["variants"]["standard"]["parameters"]  # its routers
     settings = result["settings"]
     assert (settings["batch_size"], settings["seq_len"], settings["precision"]) == (2, 16, "fp32")
-    assert settings["repeats"] == 5 and settings["routing"] in ("lean", "triton", "reference")
+    assert settings["repeats"] == 5 and settings["routing"] in ("lean", "triton", "fused", "reference")
     assert result["machine"]["device"] == "cpu" and "threads" in result["machine"]
 
 

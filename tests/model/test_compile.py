@@ -7,16 +7,18 @@ from attnres import AttnResLM, ModelConfig
 from tests.helpers import activate_routing
 
 
-@pytest.mark.parametrize("residual, num_blocks, exact", [
-    ("full_attnres", None, None), ("block_attnres", 2, None), ("delta_attnres", None, None), ("delta_block", 2, "partial"),
-    ("delta_block", 2, "gate")])
-def test_fullgraph_compile_matches_eager(residual, num_blocks, exact):
+# Full and Delta AttnRes route in chunks (5 and 4 routers: automatic C = 2; C = 3 splits Full's 5 as 3 + 2).
+@pytest.mark.parametrize("residual, num_blocks, exact, chunk", [
+    ("full_attnres", None, None, None), ("full_attnres", None, None, 3), ("block_attnres", 2, None, None),
+    ("delta_attnres", None, None, None), ("delta_block", 2, "partial", None), ("delta_block", 2, "gate", None)])
+def test_fullgraph_compile_matches_eager(residual, num_blocks, exact, chunk):
     torch._dynamo.reset()
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                         intermediate_size=64, residual=residual, num_blocks=num_blocks, exact_conversion=exact)
+                         intermediate_size=64, residual=residual, num_blocks=num_blocks, exact_conversion=exact,
+                         routing_chunk_size=chunk)
     model = AttnResLM(config)
-    assert config.routing_impl == "auto"  # the lean custom ops on CPU
+    assert config.routing_impl == "auto"  # the fused C++ custom ops on CPU once built, else the lean ones
     activate_routing(model.routers)
     ids = torch.randint(0, 64, (2, 8))
     # aot_eager traces forward and backward like inductor but skips code generation (fast in CI).

@@ -42,7 +42,7 @@ def test_config_error_is_a_value_error():
      r"exact_conversion applies only to residual='delta_block'"),
     (dict(residual="delta_block", num_blocks=2, exact_conversion="zero"),
      r"exact_conversion must be None or one of \['gate', 'partial'\], got 'zero'"),
-    (dict(routing_impl="cuda"), r"routing_impl must be one of \['auto', 'reference', 'lean', 'triton'\], got 'cuda'"),
+    (dict(routing_impl="cuda"), r"routing_impl must be one of \['auto', 'reference', 'lean', 'triton', 'fused'\], got 'cuda'"),
     (dict(num_kv_heads=3), r"num_kv_heads must divide num_heads=4; allowed values: \[1, 2, 4\], got 3"),
     (dict(num_heads=5), r"num_kv_heads must divide num_heads=5|head_dim: hidden_size=32 is not divisible"),
     (dict(num_heads=3, num_kv_heads=1), r"head_dim: hidden_size=32 is not divisible by num_heads=3"),

@@ -1,10 +1,10 @@
 """Every fast routing path computes the reference's function: forward, routing weights, gradients.
 
-The fast paths (routing_impl "lean", and "triton" under Triton's CPU interpreter when installed)
-use cached inverse RMS, the memory-lean custom op and two-phase block routing (method §5); the
-reference path calls each Router's plain method §2 code. Checked for every variant in float64,
-fp32 and bf16 autocast, and with activation checkpointing. tests/model/test_compile.py compiles
-the default (lean) path with fullgraph=True, which fails on any graph break.
+The fast paths (routing_impl "lean", "fused" (the C++ CPU op), and "triton" under Triton's CPU
+interpreter when installed) use cached inverse RMS, the memory-lean or fused custom op and two-phase
+block routing (method §5); the reference path calls each Router's plain method §2 code. Checked for
+every variant in float64, fp32 and bf16 autocast, and with activation checkpointing.
+tests/model/test_compile.py compiles the default path with fullgraph=True, which fails on any graph break.
 """
 
 import dataclasses
@@ -21,6 +21,12 @@ VARIANTS = [("full_attnres", None, None), ("block_attnres", 4, None), ("block_at
             ("delta_attnres", None, None), ("delta_block", 4, None), ("delta_block", 3, "gate"),
             ("delta_block", 4, "partial"), ("delta_block", 1, None)]
 IDS = [f"{r}-N{n}-{e}" for r, n, e in VARIANTS]
+# The CPU fast paths: the lean PyTorch ops and the fused C++ op (its extension is built on first use).
+FAST_CPU_IMPLS = ["lean", "fused"]
+# fp32 absolute tolerance per path. The fused kernel sums its dot products in another order than
+# the reference's matmuls: against a float64 run of the same weights, its gradients are as close as
+# the reference's own (both within ~1e-4 relative), but the two fp32 paths can differ by 3e-5.
+FP32_ATOL = {"lean": 1e-5, "fused": 5e-5}
 
 
 def pair(residual, num_blocks, exact, impl, dtype=torch.float32):
@@ -63,25 +69,28 @@ def assert_same(got, expected, rtol, atol):
 IDS_IN = torch.randint(0, 64, (2, 11), generator=torch.Generator().manual_seed(1))
 
 
+@pytest.mark.parametrize("impl", FAST_CPU_IMPLS)
 @pytest.mark.parametrize("residual, num_blocks, exact", VARIANTS, ids=IDS)
-def test_lean_equals_reference_float64(residual, num_blocks, exact):
-    reference, fast = pair(residual, num_blocks, exact, "lean", torch.float64)
+def test_fast_equals_reference_float64(residual, num_blocks, exact, impl):
+    reference, fast = pair(residual, num_blocks, exact, impl, torch.float64)
     assert_same(run(fast, IDS_IN), run(reference, IDS_IN), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("impl", FAST_CPU_IMPLS)
 @pytest.mark.parametrize("residual, num_blocks, exact", VARIANTS, ids=IDS)
-def test_lean_equals_reference_fp32_and_bf16_autocast(residual, num_blocks, exact):
-    reference, fast = pair(residual, num_blocks, exact, "lean")
-    assert_same(run(fast, IDS_IN), run(reference, IDS_IN), rtol=1e-5, atol=1e-5)
+def test_fast_equals_reference_fp32_and_bf16_autocast(residual, num_blocks, exact, impl):
+    reference, fast = pair(residual, num_blocks, exact, impl)
+    assert_same(run(fast, IDS_IN), run(reference, IDS_IN), rtol=1e-5, atol=FP32_ATOL[impl])
     # bf16: both paths round the sub-layers' matmuls the same way; routing statistics stay fp32.
     assert_same(run(fast, IDS_IN, autocast=True), run(reference, IDS_IN, autocast=True), rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("impl", FAST_CPU_IMPLS)
 @pytest.mark.parametrize("residual, num_blocks, exact", VARIANTS, ids=IDS)
-def test_lean_under_activation_checkpointing(residual, num_blocks, exact):
-    reference, fast = pair(residual, num_blocks, exact, "lean")
+def test_fast_under_activation_checkpointing(residual, num_blocks, exact, impl):
+    reference, fast = pair(residual, num_blocks, exact, impl)
     fast.activation_checkpointing = True
-    assert_same(run(fast, IDS_IN), run(reference, IDS_IN), rtol=1e-5, atol=1e-5)
+    assert_same(run(fast, IDS_IN), run(reference, IDS_IN), rtol=1e-5, atol=FP32_ATOL[impl])
 
 
 @pytest.mark.skipif(not triton_available(), reason="needs Triton with CUDA, or its interpreter (tests/conftest.py)")

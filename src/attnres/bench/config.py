@@ -8,6 +8,7 @@ every error message come from there.
 
 from __future__ import annotations
 
+import argparse
 import typing
 from collections.abc import Sequence
 from dataclasses import Field, asdict, dataclass, field, fields
@@ -46,6 +47,8 @@ class BenchConfig:
     (an empty tuple skips it). Router micro-benchmark: router_sources sources of shape
     (router_batch, seq_len, hidden_size). Timings are medians of `repeats` interleaved rounds after
     `warmup` discarded rounds. Block variants use `num_blocks` or, where invalid, the nearest valid count.
+    `compiled_decode`: also decode with the static KV cache and the torch.compile'd step
+    (`attnres.model.generation`), compiled once per variant in an untimed setup.
     `threads`: torch's intra-op threads for the run (None: leave torch's setting).
     `preset` and `quick` record where the values came from.
     """
@@ -66,6 +69,8 @@ class BenchConfig:
     sweep_hidden: int = setting(64, "model width in the depth sweep")
     sweep_seq_len: int = setting(128, "sequence length in the depth sweep")
     decode_tokens: int = setting(16, "tokens decoded one at a time")
+    compiled_decode: bool = setting(True, "also time decoding with the static KV cache and the compiled step "
+                                          "(torch.compile: about a minute per variant on 2 CPU cores)")
     router_sources: int = setting(9, "sources of the router micro-benchmark")
     router_batch: int = setting(32, "batch of the router's (batch, seq-len, hidden) sources")
     precision: str = setting("bf16", f"one of {list(PRECISIONS)}; bf16 runs under autocast")
@@ -78,6 +83,7 @@ class BenchConfig:
     def __post_init__(self) -> None:
         check_preset(self.preset)
         check_bool(self.quick, OPTION_NAMES["quick"])
+        check_bool(self.compiled_decode, OPTION_NAMES["compiled_decode"], yaml=True)
         object.__setattr__(self, "variants", tuple(self.variants))
         object.__setattr__(self, "depths", tuple(self.depths))
         for name in ("hidden_size", "num_layers", "seq_len", "batch_size", "vocab_size", "num_blocks",
@@ -129,7 +135,7 @@ def flag_arguments() -> list[tuple[str, dict]]:
 
     The argparse dest is the field name and every default is None, meaning "not given": the
     preset's (or --set's) value stays. Tuple fields take one or more values, each of which may be
-    comma-separated; resolve_config parses them.
+    comma-separated; resolve_config parses them. A bool field gets `--field` and `--no-field`.
     """
     hints = typing.get_type_hints(BenchConfig)
     arguments = []
@@ -142,6 +148,8 @@ def flag_arguments() -> list[tuple[str, dict]]:
         hint = hints[spec.name]
         if typing.get_origin(hint) is tuple:
             kwargs["nargs"] = "+"
+        elif hint is bool:  # --flag / --no-flag
+            kwargs["action"] = argparse.BooleanOptionalAction
         else:  # `int | None` -> int
             kwargs["type"] = next((a for a in typing.get_args(hint) if a is not type(None)), hint)
         arguments.append((flag_name(spec), kwargs))

@@ -53,12 +53,15 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
     "model": ModelConfig dict, "parameters", "train_step_s" / "prefill_s" / "decode_per_token_s":
     {"median_s", "samples_s"}, "train_tokens_per_s", "memory": {... bytes}, "ratios": {train_step,
     prefill, decode_per_token, peak_memory, activation_memory, non_activation_memory} (to standard;
-    standard's are 1.0)}}}.
+    standard's are 1.0)}}}. With config.compiled_decode, each variant also has
+    "decode_compiled_per_token_s" (the static-cache step compiled by torch.compile), "decode_compile_s"
+    (the compiling step's wall time, untimed otherwise), "compiled_decode_speedup" (eager decode /
+    compiled decode) and the ratio "decode_compiled_per_token".
     """
     device = torch.device(config.device)
     names = (BASELINE, *config.variants)
     batch, decode_ids = _inputs(config, config.seq_len, config.decode_tokens, device)
-    max_seq_len = config.seq_len + config.decode_tokens
+    max_seq_len = config.seq_len + config.decode_tokens + 2  # + the compiled decode's prefill token and compile step
     runners = {name: VariantRunner(build_model_config(config, name, config.hidden_size, config.num_layers,
                                                       max_seq_len), device, config.precision, batch, decode_ids,
                                    config.seed)
@@ -67,6 +70,9 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
     tasks += [Task(f"{name}/prefill", runners[name].prefill) for name in names]
     tasks += [Task(f"{name}/decode", runners[name].decode, setup=runners[name].decode_setup,
                    units=config.decode_tokens) for name in names]
+    if config.compiled_decode:
+        tasks += [Task(f"{name}/decode_compiled", runners[name].decode_compiled,
+                       setup=runners[name].decode_compiled_setup, units=config.decode_tokens) for name in names]
     log(f"models: {len(names)} variants x {config.num_layers} layers x {config.hidden_size} wide, "
         f"batch {config.batch_size} x {config.seq_len}, {config.precision} on {device}")
     timings = run_interleaved(tasks, config.repeats, config.warmup, sync=device_sync(device), log=log,
@@ -88,6 +94,9 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
             "decode_per_token_s": decode.to_dict(),
             "memory": memory[name],
         }
+        if config.compiled_decode:
+            results[name]["decode_compiled_per_token_s"] = timings[f"{name}/decode_compiled"].to_dict()
+            results[name]["decode_compile_s"] = runner.compile_s
     base = results[BASELINE]
     for name, row in results.items():
         row["ratios"] = {
@@ -96,6 +105,10 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
             "decode_per_token": ratio(row["decode_per_token_s"]["median_s"], base["decode_per_token_s"]["median_s"]),
             **memory_ratios(row["memory"], base["memory"]),
         }
+        if config.compiled_decode:
+            compiled, base_compiled = (r["decode_compiled_per_token_s"]["median_s"] for r in (row, base))
+            row["ratios"]["decode_compiled_per_token"] = ratio(compiled, base_compiled)
+            row["compiled_decode_speedup"] = ratio(row["decode_per_token_s"]["median_s"], compiled)
     del runners
     release_memory(device)
     return {"hidden_size": config.hidden_size, "num_layers": config.num_layers, "seq_len": config.seq_len,

@@ -71,9 +71,11 @@ def format_markdown(results: dict) -> str:
               "alike; warm-up rounds are dropped and each figure is the median over rounds, divided by "
               "standard's median from the same run. Training step: forward with loss, backward, AdamW step. "
               "Prefill: forward of the whole prompt into a fresh KV cache, no grad. Decode: one token at a time "
-              "with the cache after the prompt, the per-token mean of each round. Memory: one training step; "
-              "activations are the storages saved for backward; on CPU the peak is an estimate (parameters + "
-              "gradients + two AdamW moments + activations), on CUDA the allocator's peak for this model. "
+              "with the cache after the prompt, the per-token mean of each round; compiled decode (where "
+              "measured): the same with the static cache and the compiled step, after an untimed prefill. "
+              "Memory: one training step; activations are the storages saved for backward; on CPU the peak is "
+              "an estimate (parameters + gradients + two AdamW moments + activations), on CUDA the allocator's "
+              "peak for this model. "
               "Router: bytes moved = sources read + output written (forward; forward+backward also reads the "
               "sources and output gradient again and writes the source gradients), against `dst.copy_(src)` "
               "of all sources' size (2 x its bytes), timed interleaved in the same run.", ""]
@@ -86,12 +88,18 @@ def _model_section(models: dict | None) -> list[str]:
     variants = models["variants"]
     head = (f"## Variants against standard ({models['num_layers']} layers x {models['hidden_size']} wide, "
             f"batch {models['batch_size']} x {models['seq_len']}, {models['decode_tokens']} decoded tokens)")
-    time_rows, mem_rows = [], []
+    time_rows, mem_rows, compiled_rows = [], [], []
     for name, row in variants.items():
         r = row["ratios"]
         time_rows.append([name, _ms(row["train_step_s"]["median_s"]), _x(r["train_step"]),
                           _ms(row["prefill_s"]["median_s"]), _x(r["prefill"]),
                           _ms(row["decode_per_token_s"]["median_s"]), _x(r["decode_per_token"])])
+        if "decode_compiled_per_token_s" in row:
+            compile_s = row.get("decode_compile_s")
+            compiled_rows.append([name, _ms(row["decode_per_token_s"]["median_s"]), _x(r["decode_per_token"]),
+                                  _ms(row["decode_compiled_per_token_s"]["median_s"]),
+                                  _x(r.get("decode_compiled_per_token")), _x(row.get("compiled_decode_speedup")),
+                                  "-" if compile_s is None else f"{compile_s:.0f}"])
         m = row["memory"]
         mem_rows.append([name, _mib(m["peak_bytes"]), _x(r["peak_memory"]), _mib(m["activation_bytes"]),
                          _x(r["activation_memory"]), _mib(m["non_activation_bytes"]), _x(r["non_activation_memory"]),
@@ -99,9 +107,22 @@ def _model_section(models: dict | None) -> list[str]:
     return ([head, "", "### Time", ""]
             + _table(["variant", "train step (ms)", "x standard", "prefill (ms)", "x standard",
                       "decode (ms/token)", "x standard"], time_rows)
+            + _compiled_decode_table(compiled_rows)
             + ["", "### Memory of one training step", ""]
             + _table(["variant", "peak (MiB)", "x standard", "activations (MiB)", "x standard",
                       "rest of peak (MiB)", "x standard", "parameters"], mem_rows) + [""])
+
+
+def _compiled_decode_table(rows: list[list[str]]) -> list[str]:
+    if not rows:
+        return []
+    return (["", "### Decode: eager and compiled", "",
+             "Eager: AttnResLM.forward one token at a time with the growing KV cache. Compiled: the static KV "
+             "cache and the decode step (routing and the greedy choice included) captured once by "
+             "torch.compile(fullgraph=True) (docs/generation.md); its compile time is measured once, untimed "
+             "otherwise.", ""]
+            + _table(["variant", "eager (ms/token)", "x standard", "compiled (ms/token)", "x standard",
+                      "compiled speed-up", "compile (s)"], rows))
 
 
 def _sweep_section(sweep: list | None) -> list[str]:

@@ -66,6 +66,60 @@ def copy_bytes(numel: int, dtype: torch.dtype) -> int:
     return 2 * numel * torch.empty((), dtype=dtype).element_size()
 
 
+class _BenchData:
+    """The benchmark's tensors: n sources (router_batch, seq_len, hidden_size) in the precision's dtype,
+    leaf copies that take gradients, query and key gain (D,), the output's gradient, and a copy pair
+    as large as all sources together."""
+
+    def __init__(self, config: BenchConfig, device: torch.device) -> None:
+        self.dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
+        self.shape = (config.router_batch, config.seq_len, config.hidden_size)
+        self.n = config.router_sources
+        generator = torch.Generator().manual_seed(config.seed)
+        self.sources = [torch.randn(self.shape, generator=generator).to(device=device, dtype=self.dtype)
+                        for _ in range(self.n)]
+        self.grad_sources = [s.detach().clone().requires_grad_(True) for s in self.sources]
+        self.query = (0.1 * torch.randn(self.shape[-1], generator=generator)).to(device)
+        self.gain = torch.ones(self.shape[-1], device=device)
+        self.grad_query, self.grad_gain = self.query.clone().requires_grad_(True), self.gain.clone().requires_grad_(True)
+        self.grad_out = torch.randn(self.shape, generator=generator).to(device=device, dtype=self.dtype)
+        self.copy_src = torch.randn(self.n * math.prod(self.shape), generator=generator).to(device=device,
+                                                                                             dtype=self.dtype)
+        self.copy_dst = torch.empty_like(self.copy_src)
+
+    def copy_task(self) -> Task:
+        return Task("copy", lambda: self.copy_dst.copy_(self.copy_src))
+
+    def route_tasks(self, route_fn: Callable, kwargs: dict, prefix: str = "") -> list[Task]:
+        """Forward (no grad) and forward + backward of route_fn(query, gain, sources, EPS, **kwargs)."""
+        def call(q, g, srcs):
+            out = route_fn(q, g, srcs, EPS, **kwargs)
+            return out[0] if isinstance(out, tuple) else out
+
+        def forward():
+            with torch.no_grad():
+                call(self.query, self.gain, self.sources)
+
+        def clear_grads():
+            for t in (*self.grad_sources, self.grad_query, self.grad_gain):
+                t.grad = None
+
+        def forward_backward():
+            call(self.grad_query, self.grad_gain, self.grad_sources).backward(self.grad_out)
+
+        return [Task(prefix + "forward", forward), Task(prefix + "forward_backward", forward_backward, setup=clear_grads)]
+
+    def rates(self, timings: dict, copy_rate: float, prefix: str = "") -> dict:
+        """{"forward" / "forward_backward": {"bytes", "time", "bytes_per_s", "fraction_of_copy"}}."""
+        result = {}
+        for name, backward in (("forward", False), ("forward_backward", True)):
+            moved = router_bytes(self.n, self.shape, self.dtype, backward=backward)
+            rate = moved["total_bytes"] / timings[prefix + name].median
+            result[name] = {"bytes": moved, "time": timings[prefix + name].to_dict(), "bytes_per_s": rate,
+                            "fraction_of_copy": rate / copy_rate}
+        return result
+
+
 def run_router_bench(config: BenchConfig, route_fn: Callable | None = None,
                      log: Callable[[str], object] = print) -> dict:
     """Time route_fn(query, key_gain, sources, eps) forward (no grad) and forward + backward, and a copy.
@@ -80,53 +134,62 @@ def run_router_bench(config: BenchConfig, route_fn: Callable | None = None,
     """
     device = torch.device(config.device)
     route_fn = route_fn or default_route_fn(config.routing_impl)
-    dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
-    shape = (config.router_batch, config.seq_len, config.hidden_size)
-    n = config.router_sources
-    generator = torch.Generator().manual_seed(config.seed)
-    sources = [torch.randn(shape, generator=generator).to(device=device, dtype=dtype) for _ in range(n)]
-    grad_sources = [s.detach().clone().requires_grad_(True) for s in sources]
-    query = (0.1 * torch.randn(shape[-1], generator=generator)).to(device)
-    gain = torch.ones(shape[-1], device=device)
-    grad_query, grad_gain = query.clone().requires_grad_(True), gain.clone().requires_grad_(True)
-    grad_out = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+    data = _BenchData(config, device)
     kwargs = {"impl": config.routing_impl} if "impl" in _parameters(route_fn) else {}
     uses_impl = bool(kwargs) or getattr(route_fn, "uses_routing_impl", False)
-
-    def call(q, g, srcs):
-        out = route_fn(q, g, srcs, EPS, **kwargs)
-        return out[0] if isinstance(out, tuple) else out
-
-    def forward():
-        with torch.no_grad():
-            call(query, gain, sources)
-
-    def clear_grads():
-        for t in (*grad_sources, grad_query, grad_gain):
-            t.grad = None
-
-    def forward_backward():
-        call(grad_query, grad_gain, grad_sources).backward(grad_out)
-
-    copy_src = torch.randn(n * math.prod(shape), generator=generator).to(device=device, dtype=dtype)
-    copy_dst = torch.empty_like(copy_src)
-    tasks = [Task("copy", lambda: copy_dst.copy_(copy_src)), Task("forward", forward),
-             Task("forward_backward", forward_backward, setup=clear_grads)]
-    log(f"router: {function_name(route_fn)} over {n} sources of {tuple(shape)} {dtype} on {device}")
+    tasks = [data.copy_task(), *data.route_tasks(route_fn, kwargs)]
+    log(f"router: {function_name(route_fn)} over {data.n} sources of {tuple(data.shape)} {data.dtype} on {device}")
     timings = run_interleaved(tasks, config.repeats, config.warmup, sync=device_sync(device), log=log,
                               label="router: ")
-    copy_total = copy_bytes(copy_src.numel(), dtype)
+    copy_total = copy_bytes(data.copy_src.numel(), data.dtype)
     copy_rate = copy_total / timings["copy"].median
-    result = {"function": function_name(route_fn), "routing_impl": config.routing_impl,
-              "resolved_impl": resolve_impl(config.routing_impl, device) if uses_impl else None,
-              "n_sources": n, "shape": list(shape), "dtype": str(dtype).removeprefix("torch."), "device": str(device),
-              "copy": {"bytes": copy_total, "time": timings["copy"].to_dict(), "bytes_per_s": copy_rate}}
-    for name, backward in (("forward", False), ("forward_backward", True)):
-        moved = router_bytes(n, shape, dtype, backward=backward)
-        rate = moved["total_bytes"] / timings[name].median
-        result[name] = {"bytes": moved, "time": timings[name].to_dict(), "bytes_per_s": rate,
-                        "fraction_of_copy": rate / copy_rate}
-    return result
+    return {"function": function_name(route_fn), "routing_impl": config.routing_impl,
+            "resolved_impl": resolve_impl(config.routing_impl, device) if uses_impl else None,
+            "n_sources": data.n, "shape": list(data.shape), "dtype": str(data.dtype).removeprefix("torch."),
+            "device": str(device), "copy": {"bytes": copy_total, "time": timings["copy"].to_dict(),
+                                            "bytes_per_s": copy_rate},
+            **data.rates(timings, copy_rate)}
+
+
+def compare_router_impls(config: BenchConfig, impls: Sequence[str], log: Callable[[str], object] = print) -> dict:
+    """The router micro-benchmark of `run_router_bench` for several routing implementations, timed in
+    the same interleaved rounds (so a busy machine slows them alike) against one copy.
+
+    impls: names from attnres.routing.IMPLS, each timed through the Router module as the models run it.
+    Returns {"n_sources", "shape", "dtype", "device", "threads", "copy": {...}, "impls": {impl:
+    {"resolved_impl", "forward": {...}, "forward_backward": {...}}}} with the fields of run_router_bench.
+    """
+    device = torch.device(config.device)
+    data = _BenchData(config, device)
+    tasks = [data.copy_task()]
+    for impl in impls:
+        resolve_impl(impl, device)  # an unusable implementation fails before any timing
+        tasks += data.route_tasks(default_route_fn(impl), {}, prefix=f"{impl}/")
+    log(f"router: {', '.join(impls)} over {data.n} sources of {tuple(data.shape)} {data.dtype} on {device}, "
+        f"{torch.get_num_threads()} threads")
+    timings = run_interleaved(tasks, config.repeats, config.warmup, sync=device_sync(device), log=log,
+                              label="router: ")
+    copy_total = copy_bytes(data.copy_src.numel(), data.dtype)
+    copy_rate = copy_total / timings["copy"].median
+    return {"n_sources": data.n, "shape": list(data.shape), "dtype": str(data.dtype).removeprefix("torch."),
+            "device": str(device), "threads": torch.get_num_threads(),
+            "copy": {"bytes": copy_total, "time": timings["copy"].to_dict(), "bytes_per_s": copy_rate},
+            "impls": {impl: {"resolved_impl": resolve_impl(impl, device), **data.rates(timings, copy_rate, f"{impl}/")}
+                      for impl in impls}}
+
+
+def format_comparison(result: dict) -> str:
+    """compare_router_impls's result as a markdown table: time and share of the copy bandwidth."""
+    lines = [f"{result['n_sources']} sources of {tuple(result['shape'])} {result['dtype']} on {result['device']}, "
+             f"{result['threads']} threads; copy {result['copy']['bytes_per_s'] / 1e9:.1f} GB/s", "",
+             "| routing_impl | forward ms | forward share | forward+backward ms | forward+backward share |",
+             "|---|---:|---:|---:|---:|"]
+    for impl, part in result["impls"].items():
+        name = impl if part["resolved_impl"] == impl else f"{impl} ({part['resolved_impl']})"
+        cells = [f"{part[k]['time']['median_s'] * 1e3:.1f} | {part[k]['fraction_of_copy']:.2f}"
+                 for k in ("forward", "forward_backward")]
+        lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
 
 
 def _parameters(fn: Callable) -> set[str]:

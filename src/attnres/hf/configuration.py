@@ -35,6 +35,7 @@ class AttnResConfig(PreTrainedConfig):
     max_position_embeddings: int = 2048
     initializer_range: float = 0.02
     routing_impl: str = "auto"
+    routing_chunk_size: int | None = None
     use_cache: bool = True
     # Special tokens (eos may be a list): carried from a converted model's source or a training run's
     # tokenizer, so generate() stops at the end of sequence and pads with the right id.

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import torch
-from transformers import GenerationMixin, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from attnres.hf.configuration import AttnResConfig
+from attnres.hf.fast_generation import generate_fast, static_cache_requested
 from attnres.model import AttnResLM
+from attnres.model.generation import GenerationResult
 from attnres.model.init import init_module
 
 
@@ -81,3 +83,28 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
         if return_routing:
             result["routing"] = out.routing
         return result
+
+    def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None,
+                 **kwargs):
+        """transformers' `generate`; with `cache_implementation="static"` (a keyword, or set in the
+        generation config), attnres's compiled static-cache decoding instead (`generate_fast`),
+        returning the same (B, T + new) token ids. Its greedy output equals the plain call's."""
+        if static_cache_requested(self, generation_config, kwargs):
+            return self.generate_fast(inputs, generation_config, **kwargs).sequences
+        return super().generate(inputs, generation_config, **kwargs)
+
+    def generate_fast(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None,
+                      *, precision: str = "fp32", stop_check_every: int | None = None,
+                      **kwargs) -> GenerationResult:
+        """Generation with a static KV cache and one compiled decode step (docs/generation.md).
+
+        inputs (B, T) token ids, attention_mask (B, T) left-padded, and the generation options of
+        `generate` (max_new_tokens, do_sample, temperature, top_k, top_p, min_new_tokens, eos/pad
+        ids; disable_compile=True for the eager step, compile_config for the backend and mode);
+        options it cannot honour are refused by name. precision: "fp32" or "bf16" (autocast).
+        Returns a GenerationResult: `sequences` (B, T + new) long as `generate` returns them, and
+        the prefill, compile and decode times and tokens/s.
+        """
+        kwargs.pop("cache_implementation", None)
+        return generate_fast(self, inputs, generation_config, precision=precision,
+                             stop_check_every=stop_check_every, **kwargs)

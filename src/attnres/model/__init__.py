@@ -1,8 +1,9 @@
-"""The decoder: config, Qwen3-architecture sub-layers, and the language model."""
+"""The decoder: config, Qwen3-architecture sub-layers, the language model, and fast generation."""
 
-from attnres.model.cache import KVCache
+from attnres.model.cache import KVCache, StaticKVCache
 from attnres.model.config import RESIDUALS, ConfigError, ModelConfig, valid_num_blocks
 from attnres.model.decoder import AttnResLM, CausalLMOutput, next_token_loss
+from attnres.model.generation import FastGenerator, GenerationResult, Sampling
 
-__all__ = ["RESIDUALS", "AttnResLM", "KVCache", "CausalLMOutput", "ConfigError", "ModelConfig", "next_token_loss",
-           "valid_num_blocks"]
+__all__ = ["RESIDUALS", "AttnResLM", "KVCache", "CausalLMOutput", "ConfigError", "FastGenerator", "GenerationResult",
+           "ModelConfig", "Sampling", "StaticKVCache", "next_token_loss", "valid_num_blocks"]

@@ -12,6 +12,11 @@ step and no length is read back from a device. Without `max_len` the capacity st
 call's length rounded up to a power of two (at least 64) and doubles when full, so a long
 generation reallocates O(log T) times; with `max_len` (e.g. prompt + new tokens, as gpt-fast sizes
 its cache) it is allocated once.
+
+`StaticKVCache` is the fixed-shape cache of compiled decoding (`attnres.model.generation`): its
+buffers are allocated once at `max_len`, zero-filled, and a compiled step writes one position at a
+column given as a tensor and attends over the whole buffer with a mask of the filled positions, so
+no shape changes from one token to the next.
 """
 
 from __future__ import annotations
@@ -62,7 +67,58 @@ class KVCache:
             capacity = max(MIN_CAPACITY, 1 << (needed - 1).bit_length())
         filled = self.lengths[layer_idx]
         for store, new in ((self.keys, k), (self.values, v)):
-            buffer = new.new_empty(new.shape[0], new.shape[1], capacity, new.shape[3])
+            buffer = self._allocate(new, capacity)
             if filled:
                 buffer[:, :, :filled].copy_(store[layer_idx][:, :, :filled])
             store[layer_idx] = buffer
+
+    def _allocate(self, like: torch.Tensor, capacity: int) -> torch.Tensor:
+        """A new (B, H_kv, capacity, hd) buffer of `like`'s dtype and device (contents undefined)."""
+        return like.new_empty(like.shape[0], like.shape[1], capacity, like.shape[3])
+
+
+class StaticKVCache(KVCache):
+    """A KVCache of fixed capacity `max_len`: zero-filled (B, H_kv, max_len, hd) buffers, never reallocated.
+
+    `update` (the KVCache interface) appends after the filled part and returns views of it, which
+    is how the prompt goes through `AttnResLM.forward`. A compiled decode step writes through
+    `at(column)` instead: the returned writer copies the new position into column `column` (a (1,)
+    long tensor, so the step's shapes and code never depend on the length) and returns the whole
+    buffers; attention must then mask the positions not yet filled. The buffers stay finite (zeros
+    until written), so a masked position contributes exactly nothing. `reset()` empties the cache and
+    keeps the buffers, so a later generation of the same shape reuses their addresses (CUDA graphs
+    replay on fixed addresses). On CUDA the buffers are marked as static addresses for `torch.compile`.
+    """
+
+    def __init__(self, max_len: int) -> None:
+        check_int(max_len, "StaticKVCache max_len")
+        super().__init__(max_len)
+
+    def reset(self) -> None:
+        """Forget every cached position (lengths back to 0); the buffers are kept for reuse."""
+        self.lengths = [0] * len(self.lengths)
+
+    def at(self, column: torch.Tensor) -> "ColumnWriter":
+        """A cache-like writer that puts the next k, v (B, H_kv, 1, hd) at column `column` (1,) of every layer."""
+        return ColumnWriter(self, column)
+
+    def _allocate(self, like: torch.Tensor, capacity: int) -> torch.Tensor:
+        buffer = like.new_zeros(like.shape[0], like.shape[1], capacity, like.shape[3])
+        if buffer.device.type == "cuda":
+            torch._dynamo.mark_static_address(buffer)
+        return buffer
+
+
+class ColumnWriter:
+    """What attention sees as its cache inside a compiled decode step (see `StaticKVCache.at`)."""
+
+    def __init__(self, cache: StaticKVCache, column: torch.Tensor) -> None:
+        self.cache, self.column = cache, column
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int, *unused) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v (B, H_kv, 1, hd) into column `self.column` of layer `layer_idx`'s buffers in place;
+        return the whole buffers (B, H_kv, max_len, hd)."""
+        keys, values = self.cache.keys[layer_idx], self.cache.values[layer_idx]
+        keys[:, :, self.column] = k.to(keys.dtype)  # index_put_: inductor writes it in place
+        values[:, :, self.column] = v.to(values.dtype)
+        return keys, values

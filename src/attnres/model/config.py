@@ -35,6 +35,9 @@ class ModelConfig:
     `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
     keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
     `routing_impl` (one of `attnres.routing.IMPLS`) picks how routers compute, never what they compute.
+    `routing_chunk_size` (full_attnres and delta_attnres only) is the number of consecutive routers
+    that the fast paths route together (chunked two-phase routing, docs/fast-routing.md); None picks
+    round(sqrt(number of routers)), 1 routes every router alone. It never changes the function either.
     """
 
     vocab_size: int
@@ -55,6 +58,7 @@ class ModelConfig:
     max_seq_len: int = 2048
     init_std: float = 0.02
     routing_impl: str = "auto"
+    routing_chunk_size: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -80,6 +84,22 @@ class ModelConfig:
         check_choice(self.routing_impl, "ModelConfig.routing_impl", IMPLS, error=ConfigError)
         check_residual(self.residual, self.num_layers, self.num_blocks, self.exact_conversion,
                        prefix="ModelConfig.", error=ConfigError)
+        self._check_chunk_size()
+
+    def _check_chunk_size(self) -> None:
+        if self.routing_chunk_size is None:
+            return
+        variant = VARIANTS[self.residual]
+        per_sublayer = [name for name, v in VARIANTS.items() if v.sources == "sublayers"]
+        if variant.sources != "sublayers":
+            raise ConfigError(f"ModelConfig.routing_chunk_size applies only to residual in {per_sublayer} "
+                              f"(block variants route each block together); leave it None for "
+                              f"residual={self.residual!r} (got {self.routing_chunk_size!r})")
+        num_routers = self.num_sublayers + (variant.mode == "replace")
+        check_int(self.routing_chunk_size, "ModelConfig.routing_chunk_size", allow_none=True, error=ConfigError)
+        if self.routing_chunk_size > num_routers:
+            raise ConfigError(f"ModelConfig.routing_chunk_size must be None (automatic) or an integer from 1 to "
+                              f"the number of routers ({num_routers}), got {self.routing_chunk_size}")
 
     @property
     def num_sublayers(self) -> int:

@@ -51,7 +51,7 @@ class AttnResLM(nn.Module):
         self.residual: ResidualScheme = build_residual(
             config.residual, num_layers=config.num_layers, hidden_size=config.hidden_size,
             num_blocks=config.num_blocks, exact_conversion=config.exact_conversion, eps=config.norm_eps,
-            routing_impl=config.routing_impl)
+            routing_impl=config.routing_impl, chunk_size=config.routing_chunk_size)
         self.reset_parameters()
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight

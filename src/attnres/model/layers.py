@@ -95,7 +95,8 @@ class Attention(nn.Module):
         cache: None, or an object with `update(k, v, layer_idx) -> (k_all, v_all)` (attnres.model.KVCache
         or a Hugging Face Cache) holding the keys and values of earlier positions. mask: None (causal
         attention, every key real), or a boolean (B, 1, T, T_past + T) of the keys each new query may
-        see (`padded_causal_mask`), for padded batches.
+        see (`padded_causal_mask`), for padded batches, or (B, 1, 1, capacity) for a static cache
+        (`attnres.model.generation`).
         """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
@@ -105,19 +106,19 @@ class Attention(nn.Module):
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         if cache is not None:
             k, v = cache.update(k, v, layer_idx)
-        groups = self.num_heads // self.num_kv_heads
-        if groups > 1:
-            k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        # Grouped-query attention inside SDPA (each KV head serves num_heads / num_kv_heads query
+        # heads), so the keys and values, a whole static cache when decoding, are never copied per group.
+        gqa = self.num_heads != self.num_kv_heads
         past = k.shape[2] - t
-        if mask is not None:  # a padded batch: causality and padding are both in the mask
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        if mask is not None:  # a padded batch or a static cache: which keys each query sees is in the mask
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
         elif past == 0:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
         elif t == 1:  # one new token (decoding) sees every key: no mask to build
-            out = F.scaled_dot_product_attention(q, k, v)
+            out = F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
         else:  # new query i sees every cached key and new keys up to itself
             allowed = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(diagonal=past)
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=gqa)
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
 
 

@@ -11,16 +11,27 @@ It is also the drop-in API for a model loop of one's own (docs/drop-in.md):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from attnres.common.checks import check_choice
+from attnres.common.checks import check_choice, check_int
 from attnres.residual.policy import SourcePolicy
 from attnres.routing import IMPLS, DepthMixer, GroupRouting, RoutedPrefix, Router, inv_rms, resolve_impl, route_group
 
 MODES = ("none", "replace", "add")
+
+
+def auto_chunk_size(num_routers: int) -> int:
+    """The chunk size C that per-sub-layer routing uses by default: round(sqrt(R)) for R routers.
+
+    Phase 1 reads about R^2 / (2C) sources over a forward pass and phase 2 about R (C - 1) / 2;
+    the sum is smallest at C = sqrt(R) (R = 2L + 1 for Full AttnRes, 2L for Delta AttnRes:
+    C = 7 at 24 layers, 5 at 12, 10 at 48).
+    """
+    return max(1, round(math.sqrt(num_routers)))
 
 
 @dataclass
@@ -33,8 +44,9 @@ class StreamState:
     routing: the weights of each mixer called so far, when recording.
     impl:    the routing implementation for this pass ("reference", "lean" or "triton").
     inv_rms: fast paths: inv_rms of sources[i] (B, T), each computed once when first needed.
-    group:   two-phase paths: phase 1 of the current block's mixers over its completed sources,
-             computed once, at the block's first sub-layer.
+    group:   two-phase paths: phase 1 of the current group's mixers (a block, or a chunk of
+             per-sub-layer routers) over the sources completed before it, computed once, at the
+             group's first sub-layer.
     """
 
     stream: torch.Tensor | None
@@ -58,10 +70,16 @@ class ResidualScheme(nn.Module):
     single source (a router's weight is then exactly 1 and its query gets zero gradient): mixer
     index equals sub-layer index. Mode "replace" appends the final mixer last. All parameters of a
     scheme are its mixers' (routing parameters).
+
+    Fast paths route static-query mixers in groups (two-phase routing, method §5): each block of a
+    block policy, and for a per-sub-layer policy (block_size 1) each chunk of `chunk_size`
+    consecutive mixers, the final one included (None: `auto_chunk_size`; 1: every mixer routes alone
+    over all its sources). The chunk size changes how routing is computed, never what.
     """
 
     def __init__(self, num_sublayers: int, mode: str, policy: SourcePolicy | None, hidden_size: int, eps: float,
-                 mixer: type[DepthMixer] = Router, gated: bool = False, impl: str = "auto") -> None:
+                 mixer: type[DepthMixer] = Router, gated: bool = False, impl: str = "auto",
+                 chunk_size: int | None = None) -> None:
         super().__init__()
         check_choice(mode, "mode", MODES)
         if (mode == "none") != (policy is None):
@@ -77,6 +95,12 @@ class ResidualScheme(nn.Module):
         num_mixers = 0 if mode == "none" else num_sublayers + (mode == "replace")
         options = {"gated": True} if gated else {}
         self.routers = nn.ModuleList(mixer(hidden_size, eps, **options) for _ in range(num_mixers))
+        self.chunk_size = self._check_chunk_size(chunk_size, num_mixers)
+        per_sublayer = policy is not None and policy.block_size == 1
+        # Mixers routed in groups: chunks of chunk_size over every mixer (per-sub-layer policies),
+        # or the blocks (the final mixer, which sees every block, routes alone).
+        self.group_size = self.chunk_size if per_sublayer else (policy.block_size if policy else 1)
+        self.num_grouped = num_mixers if per_sublayer else num_sublayers
 
     def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
         """Initial state from the token embedding e (B, T, D)."""
@@ -99,9 +123,7 @@ class ResidualScheme(nn.Module):
         sources = state.sources
         if state.partial is not None and self.policy.partial_source:
             sources = sources + [state.partial]
-        mixer = self.routers[s]
-        two_phase = mixer.static_query and state.impl != "reference" and self.policy.block_size > 1
-        routed = self._mix(mixer, sources, state, self._group_prefix(s, state) if two_phase else None)
+        routed = self._mix(s, sources, state)
         return routed if self.mode == "replace" else state.stream + routed
 
     def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
@@ -123,7 +145,7 @@ class ResidualScheme(nn.Module):
     def finish(self, state: StreamState) -> torch.Tensor:
         """The hidden state (B, T, D) fed to the final norm and the head."""
         if self.mode == "replace":
-            return self._mix(self.routers[-1], state.sources, state)
+            return self._mix(len(self.routers) - 1, state.sources, state)
         return state.stream
 
     def source_names(self) -> list[list[str]]:
@@ -133,36 +155,52 @@ class ResidualScheme(nn.Module):
         names = [self.policy.source_names(s) for s in range(self.num_sublayers)]
         return names + ([self.policy.final_source_names()] if self.mode == "replace" else [])
 
-    def _mix(self, mixer: DepthMixer, sources: list[torch.Tensor], state: StreamState,
-             prefix: RoutedPrefix | None = None) -> torch.Tensor:
-        """One mixer over `sources` (B, T, D) each -> (B, T, D), called as a module (hooks see every
-        call), with what it declares it can use: fast paths reuse the cached inv_rms, two-phase
-        paths hand it its group's phase-1 result."""
+    def _mix(self, index: int, sources: list[torch.Tensor], state: StreamState) -> torch.Tensor:
+        """Mixer `index` over `sources` (B, T, D) each -> (B, T, D), called as a module (hooks see
+        every call), with what it declares it can use: fast paths reuse the cached inv_rms, grouped
+        mixers get their group's phase-1 result and merge only the sources that came after it."""
+        mixer = self.routers[index]
         record = state.routing is not None
         if not mixer.static_query:
             mixed, weights = mixer(sources, need_weights=record)
-        elif prefix is not None:
-            mixed, weights = mixer(sources, need_weights=record, prefix=prefix)
         elif state.impl == "reference":
             mixed, weights = mixer(sources, need_weights=record, impl="reference")
         else:
             inv = self._completed_inv_rms(state)
             inv = inv + [inv_rms(v, self.eps) for v in sources[len(inv):]]  # the partial, if any
-            mixed, weights = mixer(sources, need_weights=record, impl=state.impl, inv=inv)
+            if self.group_size > 1 and index < self.num_grouped:
+                mixed, weights = mixer(sources, need_weights=record, inv=inv, prefix=self._group_prefix(index, state))
+            else:
+                mixed, weights = mixer(sources, need_weights=record, impl=state.impl, inv=inv)
         if record:
             state.routing.append(weights)
         return mixed
 
     def _group_prefix(self, s: int, state: StreamState) -> RoutedPrefix:
-        """Mixer s's phase-1 result (method §5): at a block's first sub-layer, all of the block's
-        mixers are routed over its completed sources in one call; later sub-layers reuse it."""
-        size = self.policy.block_size
+        """Mixer s's phase-1 result (method §5): at its group's first mixer, all of the group's
+        mixers are routed over the sources completed so far in one call; later mixers reuse it.
+        A state resumed inside a group (a pipeline stage) routes phase 1 over what it received."""
+        size = self.group_size
         first = s - s % size
         if state.group is None or state.group.first != first:
-            mixers = self.routers[first:min(first + size, self.num_sublayers)]
+            mixers = self.routers[first:min(first + size, self.num_grouped)]
             queries = torch.stack([mixer.effective_query() for mixer in mixers])
             state.group = route_group(first, queries, state.sources, self._completed_inv_rms(state), state.impl)
         return state.group.prefix(s - first)
+
+    def _check_chunk_size(self, chunk_size: int | None, num_mixers: int) -> int:
+        """The chunk size to use: `chunk_size` checked (per-sub-layer policies only), or the automatic one."""
+        per_sublayer = self.policy is not None and self.policy.block_size == 1
+        if chunk_size is None:
+            return auto_chunk_size(num_mixers) if per_sublayer else 1
+        if not per_sublayer:
+            raise ValueError("chunk_size applies only to per-sub-layer routing (sources of one sub-layer each: "
+                             f"full_attnres, delta_attnres); leave it None here (got {chunk_size!r})")
+        check_int(chunk_size, "chunk_size")
+        if chunk_size > num_mixers:
+            raise ValueError(f"chunk_size must be an integer from 1 to the number of routers ({num_mixers}), "
+                             f"got {chunk_size}")
+        return chunk_size
 
     def _completed_inv_rms(self, state: StreamState) -> list[torch.Tensor]:
         """inv_rms of every completed source (B, T) each, computing only the new ones."""

@@ -141,7 +141,7 @@ def source_policy(residual: str, num_layers: int, num_blocks: int | None = None,
 
 def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: int, num_blocks: int | None = None,
                    exact_conversion: str | None = None, eps: float = 1e-6,
-                   routing_impl: str = "auto") -> ResidualScheme:
+                   routing_impl: str = "auto", chunk_size: int | None = None) -> ResidualScheme:
     """The ResidualScheme of a variant for a model of `num_layers` layers (2 * num_layers sub-layers,
     attention and MLP alternating) of width `hidden_size` (method §3 and §4).
 
@@ -152,6 +152,8 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
     delta_block    completed block deltas,          add  (+ partial source or gate for exact conversion)
 
     eps: the RMSNorm epsilon of the routers' keys. routing_impl: one of `attnres.routing.IMPLS`.
+    chunk_size: full_attnres and delta_attnres only: routers per chunk of two-phase routing (None:
+    `auto_chunk_size`, round(sqrt(number of routers))); how routing is computed, never what.
     Raises ValueError naming the argument for an invalid combination. The scheme is the drop-in API
     for a model loop of one's own (docs/drop-in.md).
     """
@@ -161,4 +163,4 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
     return ResidualScheme(2 * num_layers, variant.mode,
                           source_policy(residual, num_layers, num_blocks, exact_conversion),
                           hidden_size, eps, mixer=variant.mixer, gated=exact_conversion == "gate",
-                          impl=routing_impl)
+                          impl=routing_impl, chunk_size=chunk_size)

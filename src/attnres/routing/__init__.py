@@ -6,7 +6,7 @@ from attnres.routing.mixer import DepthMixer
 from attnres.routing.reference import route_reference
 from attnres.routing.route import IMPLS, resolve_impl, route_fast
 from attnres.routing.router import Router
-from attnres.routing.two_phase import GroupRouting, RoutedPrefix, merge_source, route_group
+from attnres.routing.two_phase import GroupRouting, RoutedPrefix, merge_remaining, merge_sources, route_group
 
-__all__ = ["IMPLS", "DepthMixer", "GroupRouting", "RoutedPrefix", "Router", "inv_rms", "merge_source",
+__all__ = ["IMPLS", "DepthMixer", "GroupRouting", "RoutedPrefix", "Router", "inv_rms", "merge_remaining", "merge_sources",
            "resolve_impl", "route_fast", "route_group", "route_reference", "route_sources"]

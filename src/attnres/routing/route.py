@@ -1,4 +1,4 @@
-"""Choosing a routing implementation: the reference, the memory-lean op, or the Triton kernel.
+"""Choosing a routing implementation: the reference, the memory-lean op, the Triton kernel or the fused CPU op.
 
 `IMPLS` is the one list of implementation names; configs and options validate against it.
 """
@@ -8,36 +8,64 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attnres.routing.lean import route_sources
+from attnres.routing.fused_cpu import build_extension, fused_available, route_sources_fused
+from attnres.routing.lean import inv_rms, route_sources
 from attnres.routing.triton_route import route_sources_triton, triton_available
 
 # How routers compute (the same function at different speeds): "auto" = Triton on CUDA when available,
-# else the memory-lean custom op; "reference" = the plain method §2 code every path is tested against.
-IMPLS = ("auto", "reference", "lean", "triton")
+# the fused C++ op on CPU when its extension is built, else the memory-lean custom op; "reference" =
+# the plain method §2 code every path is tested against.
+IMPLS = ("auto", "reference", "lean", "triton", "fused")
 
 
 def resolve_impl(impl: str, device: torch.device) -> str:
-    """The implementation `impl` means on `device`: "auto" -> "triton" on CUDA when Triton is
-    installed (outside torch.compile), else "lean". Raises ValueError for an unknown name or an unusable "triton"."""
+    """The implementation `impl` means on `device`.
+
+    "auto" -> "triton" on CUDA when Triton is installed (outside torch.compile); "fused" on CPU when
+    the fused extension is already built (auto never starts a build); else "lean". An explicit
+    "fused" builds the extension if needed. Raises ValueError for an unknown name or an unusable
+    "triton" or "fused".
+    """
     if impl not in IMPLS:
         raise ValueError(f"routing_impl must be one of {list(IMPLS)}, got {impl!r}")
-    if impl == "auto":  # the Triton op is opaque to torch.compile; the lean custom op traces cleanly
-        use_triton = device.type == "cuda" and not torch.compiler.is_compiling() and triton_available()
-        return "triton" if use_triton else "lean"
+    device = torch.device(device)
+    if impl == "auto":  # the Triton op is opaque to torch.compile; the lean and fused custom ops trace cleanly
+        if device.type == "cuda" and not torch.compiler.is_compiling() and triton_available():
+            return "triton"
+        return "fused" if device.type == "cpu" and fused_available() else "lean"
     if impl == "triton" and not triton_available():
         raise ValueError("routing_impl='triton' needs the triton package and a CUDA device "
                          "(or TRITON_INTERPRET=1 for CPU tensors); use 'auto' or 'lean'")
+    if impl == "fused":
+        if device.type != "cpu":
+            raise ValueError(f"routing_impl='fused' is the CPU kernel, not for {device}; use 'auto', 'lean' or 'triton'")
+        if not fused_available():
+            try:
+                build_extension()
+            except RuntimeError as err:
+                raise ValueError(f"routing_impl='fused' is unusable here: {err}") from err
     return impl
 
 
-def route_fast(queries: Tensor, sources: list[Tensor], inv: list[Tensor], impl: str) -> tuple[Tensor, Tensor, Tensor]:
-    """S routers over n shared sources with a fast implementation ("lean" or "triton").
+def route_fast(queries: Tensor, sources: list[Tensor], inv: list[Tensor] | None, impl: str,
+               eps: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """S routers over n shared sources with a fast implementation ("lean", "triton" or "fused").
 
-    queries (S, D) effective queries; sources n x (B, T, D); inv n x (B, T) from `inv_rms`.
-    Returns mixed (S, B, T, D), lse (S, B, T), weights (S, B, T, n).
+    queries (S, D) effective queries; sources n x (B, T, D); inv n x (B, T) from `inv_rms`, or None
+    with `eps`: then computed here, by "fused" inside its kernel (in the pass that reads the sources
+    anyway, its gradient folded into d sources). Returns mixed (S, B, T, D), lse (S, B, T),
+    weights (S, B, T, n).
     """
+    if inv is None:
+        if eps is None:
+            raise ValueError("route_fast needs inv, or eps to compute it")
+        if impl == "fused":
+            return route_sources_fused(queries, list(sources), None, eps=eps)
+        inv = [inv_rms(v, eps) for v in sources]
     if impl == "triton":
         return route_sources_triton(queries, list(sources), list(inv))
+    if impl == "fused":
+        return route_sources_fused(queries, list(sources), list(inv))
     return route_sources(queries, list(sources), list(inv))
 
 

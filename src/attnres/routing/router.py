@@ -8,11 +8,10 @@ import torch
 from torch import nn
 
 from attnres.norm import RMSNorm
-from attnres.routing.lean import inv_rms
 from attnres.routing.mixer import DepthMixer
 from attnres.routing.reference import route_reference
 from attnres.routing.route import resolve_impl, route_fast
-from attnres.routing.two_phase import RoutedPrefix, merge_source
+from attnres.routing.two_phase import RoutedPrefix, merge_remaining
 
 
 class Router(DepthMixer):
@@ -55,20 +54,21 @@ class Router(DepthMixer):
         impl: "reference", "lean", "triton" or "auto" (see `resolve_impl`); inv: each source's
         `inv_rms` (B, T) when the caller has them cached (fast paths only), else computed here.
         prefix: phase-1 routing of this router over sources[:prefix.num_sources], computed with
-        its group (two-phase routing); only the remaining sources are read, merged by online softmax.
-        Weights are None when a prefix is merged and need_weights is False (they would cost a copy).
+        its group (two-phase routing); only the remaining sources are read, merged by online softmax
+        in one op (`merge_sources`). Weights are None when a prefix is merged and need_weights is
+        False (they would cost a copy).
         """
         if prefix is not None:
-            for source in sources[prefix.num_sources:]:
-                prefix = merge_source(prefix, source, self.key_norm.eps, need_weights)
-            return self.apply_gate(prefix.mixed), prefix.weights
+            prefix = merge_remaining(prefix, list(sources), self.key_norm.eps, inv, need_weights)
+            return self.apply_gate(prefix.mixed), prefix.weights if need_weights else None
         if impl not in ("reference", "lean"):  # the scheme passes these already resolved
             impl = resolve_impl(impl, sources[0].device)
         if impl == "reference":
             mixed, weights = route_reference(self.query, self.key_norm.weight, sources, self.key_norm.eps)
         else:
-            inv = [inv_rms(v, self.key_norm.eps) for v in sources] if inv is None else inv
-            mixed, _, weights = route_fast(self.effective_query()[None], list(sources), list(inv), impl)
+            # Without cached inv_rms, route_fast computes them (the fused kernel in its own pass).
+            mixed, _, weights = route_fast(self.effective_query()[None], list(sources),
+                                           None if inv is None else list(inv), impl, eps=self.key_norm.eps)
             mixed, weights = mixed[0], weights[0]
         return self.apply_gate(mixed), weights
 

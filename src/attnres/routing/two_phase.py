@@ -1,21 +1,32 @@
 """Two-phase routing (method §5): route a group of static queries over shared sources in one call,
-then merge each router's result with later sources by online softmax.
+then merge each router's result with the sources that came later, by online softmax.
 
 Phase 1 (`route_group`) reads each shared source once for the whole group and keeps, per router, the
-weighted sum, the log-sum-exp of its logits and its weights. Phase 2 (`merge_source`) folds one more
-source into one router's phase-1 result: one more logit, `logaddexp`, two per-token rescalings. The
-result is exactly softmax routing over all the sources; statistics stay in fp32 (float64 for float64).
+weighted sum, the log-sum-exp of its logits and its weights. Phase 2 (`merge_sources`) folds the
+later sources into one router's phase-1 result in one op: their logits, one `logaddexp`, and
+per-token rescalings. The result is exactly softmax routing over all the sources; statistics stay in
+fp32 (float64 for float64).
+
+Groups are Block AttnRes's blocks (the later source is the partial block sum) and, for the
+per-sub-layer variants, chunks of C consecutive routers (the later sources are the sub-layer outputs
+produced inside the chunk so far), which turns O(L^2) source reads into O(L^2 / C + L C).
+
+What phase 2 keeps for backward: its output and per-token scalars, with references to its sources,
+never the phase-1 mixture. The gradient of the phase-1 log-sum-exp needs <grad, mixture>, which
+follows from the output: d out / d lse_1 = sum_i take_i (out - v_i) (see `_merge_backward`). In
+"replace" routing the output is the next sub-layer's input, which its norm saves anyway, so a chunk
+costs no activation memory beyond what the lean path keeps; in "add" routing it is one (B, T, D) per router.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
 from attnres.common.precision import autocast_off
-from attnres.routing.lean import inv_rms
+from attnres.routing.lean import compute_dtype, inv_rms
 from attnres.routing.route import route_fast
 
 
@@ -48,10 +59,15 @@ class GroupRouting:
     lse: Tensor
     weights: Tensor
 
+    @property
+    def num_sources(self) -> int:
+        """n, the number of shared sources phase 1 routed over."""
+        return self.weights.shape[-1]
+
     def prefix(self, index: int) -> RoutedPrefix:
         """The phase-1 result of router `first + index`."""
         return RoutedPrefix(self.queries[index], self.mixed[index], self.lse[index], self.weights[index],
-                            self.weights.shape[-1])
+                            self.num_sources)
 
 
 def route_group(first: int, queries: Tensor, sources: list[Tensor], inv: list[Tensor], impl: str) -> GroupRouting:
@@ -60,25 +76,160 @@ def route_group(first: int, queries: Tensor, sources: list[Tensor], inv: list[Te
     return GroupRouting(first, queries, *route_fast(queries, sources, inv, impl))
 
 
-def merge_source(prefix: RoutedPrefix, source: Tensor, eps: float, need_weights: bool = True) -> RoutedPrefix:
-    """Phase 2: softmax routing over prefix's sources plus `source` (B, T, D), from the prefix alone.
+# ---------------------------------------------------------------- phase 2: one op for all later sources
 
-    The new logit is inv_rms(source) * <query, source> in fp32, as the reference computes keys.
-    Returns the routing over num_sources + 1 sources: mixed (B, T, D) in the promoted dtype of the
-    prefix's mixture and the source; weights (B, T, n + 1) fp32 when need_weights and the prefix
-    kept its weights, else None.
+def _merge_forward(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor],
+                   inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    width, compute = mixed.shape[-1], lse.dtype
+    out_dtype, _ = compute_dtype([mixed, *sources])
+    with autocast_off(mixed.device):  # fp32 logits, like the reference
+        q = query.to(compute)
+        logits = torch.stack([(v.reshape(-1, width).to(compute) @ q).reshape(lse.shape) * r.to(compute)
+                              for v, r in zip(sources, inv)], dim=-1)  # (B, T, j)
+        total = torch.logaddexp(lse, torch.logsumexp(logits, dim=-1))
+        keep, take = torch.exp(lse - total), torch.exp(logits - total.unsqueeze(-1))
+        out = keep.unsqueeze(-1) * mixed.to(compute)
+        for i, v in enumerate(sources):
+            out.addcmul_(take[..., i, None], v)
+    return out.to(out_dtype), total, keep, take
+
+
+def _merge_backward(query: Tensor, out: Tensor, keep: Tensor, take: Tensor, sources: list[Tensor],
+                    inv: list[Tensor], mixed_dtype: torch.dtype, grad_out: Tensor | None,
+                    grad_total: Tensor | None, grad_keep: Tensor | None, grad_take: Tensor | None):
+    """Gradients w.r.t. (mixed, lse, query, sources, inv) from the saved output and weights.
+
+    With p = (keep, take_1 .. take_j) the softmax over (lse, l_1 .. l_j) and out = keep * mixed +
+    sum_i take_i v_i:  d lse = sum_i take_i (<g, out> - <g, v_i>) + keep * g_total,
+    d l_i = take_i (<g, v_i> - <g, out>) + take_i * g_total, d mixed = keep * g; the recorded
+    weights p add their softmax backward p * (g_p - <p, g_p>) to the logits (lse included).
     """
-    width = source.shape[-1]
-    lse = prefix.lse
-    with autocast_off(source.device):  # fp32 logits, like the reference
-        query = prefix.query.to(lse.dtype)
-        logit = (source.reshape(-1, width).to(lse.dtype) @ query).reshape(lse.shape)
-        logit = logit * inv_rms(source, eps)
-        total = torch.logaddexp(lse, logit)
-        keep, take = torch.exp(lse - total), torch.exp(logit - total)
-        merged = keep.unsqueeze(-1) * prefix.mixed + take.unsqueeze(-1) * source
-    merged = merged.to(torch.promote_types(prefix.mixed.dtype, source.dtype))
+    compute, width = keep.dtype, out.shape[-1]
+    with autocast_off(out.device):
+        q = query.to(compute)
+        g = None if grad_out is None else grad_out.to(compute)
+        d_lse = torch.zeros_like(keep)
+        d_logits = torch.zeros_like(take)
+        dots = []
+        if g is not None:
+            g_out = torch.linalg.vecdot(g, out.to(compute))
+            for i, v in enumerate(sources):
+                g_v = torch.linalg.vecdot(g, v.to(compute))
+                dots.append(g_v)
+                d_logits[..., i] = take[..., i] * (g_v - g_out)
+                d_lse += take[..., i] * (g_out - g_v)
+        if grad_total is not None:
+            d_lse += keep * grad_total
+            d_logits += take * grad_total.unsqueeze(-1)
+        if grad_keep is not None or grad_take is not None:
+            p = torch.cat([keep.unsqueeze(-1), take], dim=-1)
+            g_p = torch.cat([(torch.zeros_like(keep) if grad_keep is None else grad_keep.to(compute)).unsqueeze(-1),
+                             torch.zeros_like(take) if grad_take is None else grad_take.to(compute)], dim=-1)
+            d_p = p * (g_p - (p * g_p).sum(-1, keepdim=True))
+            d_lse += d_p[..., 0]
+            d_logits += d_p[..., 1:]
+        grad_q = torch.zeros_like(q)
+        grad_sources, grad_inv = [], []
+        for i, (v, r) in enumerate(zip(sources, inv)):
+            v32 = v.reshape(-1, width).to(compute)
+            d_raw = (d_logits[..., i] * r.to(compute)).reshape(-1)  # d loss / d <q, v_i>, per token
+            grad_q += d_raw @ v32
+            grad_inv.append((d_logits[..., i] * (v32 @ q).reshape(keep.shape)).to(r.dtype))
+            grad_v = d_raw.unsqueeze(-1) * q
+            if g is not None:
+                grad_v = grad_v + take[..., i].reshape(-1, 1) * g.reshape(-1, width)
+            grad_sources.append(grad_v.reshape(v.shape).to(v.dtype))
+        grad_mixed = None if g is None else (keep.unsqueeze(-1) * g).to(mixed_dtype)
+    return grad_mixed, d_lse, grad_q.to(query.dtype), grad_sources, grad_inv
+
+
+@torch.library.custom_op("attnres::merge_sources", mutates_args=())
+def _merge_op(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor],
+              inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _merge_forward(mixed, lse, query, sources, inv)
+
+
+@_merge_op.register_fake
+def _(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor],
+      inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    out_dtype, _ = compute_dtype([mixed, *sources])
+    return (mixed.new_empty(mixed.shape, dtype=out_dtype), torch.empty_like(lse), torch.empty_like(lse),
+            lse.new_empty((*lse.shape, len(sources))))
+
+
+def _merge_op_setup(ctx, inputs, output) -> None:
+    mixed, _, query, sources, inv = inputs
+    ctx.num_sources, ctx.mixed_dtype = len(sources), mixed.dtype
+    ctx.save_for_backward(query, output[0], output[2], output[3], *sources, *inv)
+
+
+def _merge_op_backward(ctx, grad_out, grad_total, grad_keep, grad_take):
+    query, out, keep, take, *rest = ctx.saved_tensors
+    n = ctx.num_sources
+    grad_mixed, grad_lse, grad_q, grad_sources, grad_inv = _merge_backward(
+        query, out, keep, take, list(rest[:n]), list(rest[n:]), ctx.mixed_dtype,
+        grad_out, grad_total, grad_keep, grad_take)
+    return grad_mixed, grad_lse, grad_q, grad_sources, grad_inv
+
+
+_merge_op.register_autograd(_merge_op_backward, setup_context=_merge_op_setup)
+
+
+class _MergeSources(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, mixed: Tensor, lse: Tensor, query: Tensor, num_sources: int, *tensors: Tensor):
+        sources, inv = list(tensors[:num_sources]), list(tensors[num_sources:])
+        out, total, keep, take = _merge_forward(mixed, lse, query, sources, inv)
+        ctx.num_sources, ctx.mixed_dtype = num_sources, mixed.dtype
+        ctx.save_for_backward(query, out, keep, take, *tensors)
+        ctx.set_materialize_grads(False)
+        return out, total, keep, take
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_total, grad_keep, grad_take):
+        query, out, keep, take, *rest = ctx.saved_tensors
+        n = ctx.num_sources
+        grad_mixed, grad_lse, grad_q, grad_sources, grad_inv = _merge_backward(
+            query, out, keep, take, rest[:n], rest[n:], ctx.mixed_dtype, grad_out, grad_total, grad_keep, grad_take)
+        return grad_mixed, grad_lse, grad_q, None, *grad_sources, *grad_inv
+
+
+def merge_sources(prefix: RoutedPrefix, sources: list[Tensor], inv: list[Tensor],
+                  need_weights: bool = True) -> RoutedPrefix:
+    """Phase 2: softmax routing over prefix's sources plus `sources` (j tensors (B, T, D), j >= 1,
+    with their inverse RMS `inv`, j tensors (B, T)), from the prefix alone.
+
+    The new logits are inv_i * <query, v_i> in fp32, as the reference computes keys. Returns the
+    routing over num_sources + j sources: mixed (B, T, D) in the promoted dtype of the prefix's
+    mixture and the sources; weights (B, T, n + j) fp32 when need_weights and the prefix kept its
+    weights, else None. Backward keeps the output, per-token scalars and references (module docstring).
+    """
+    if not sources:
+        raise ValueError("merge_sources needs at least one later source; with none the prefix is the routing")
+    sources, inv = list(sources), list(inv)
+    tensors = (prefix.mixed, prefix.lse, prefix.query, *sources, *inv)
+    if torch.compiler.is_compiling():
+        out, total, keep, take = _merge_op(prefix.mixed, prefix.lse, prefix.query, sources, inv)
+    elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        out, total, keep, take = _MergeSources.apply(prefix.mixed, prefix.lse, prefix.query, len(sources),
+                                                     *sources, *inv)
+    else:
+        out, total, keep, take = _merge_forward(prefix.mixed, prefix.lse, prefix.query, sources, inv)
     weights = None
     if need_weights and prefix.weights is not None:
-        weights = torch.cat([prefix.weights * keep.unsqueeze(-1), take.unsqueeze(-1)], dim=-1)
-    return RoutedPrefix(prefix.query, merged, total, weights, prefix.num_sources + 1)
+        weights = torch.cat([prefix.weights * keep.unsqueeze(-1), take], dim=-1)
+    return RoutedPrefix(prefix.query, out, total, weights, prefix.num_sources + len(sources))
+
+
+def merge_remaining(prefix: RoutedPrefix, sources: list[Tensor], eps: float, inv: list[Tensor] | None = None,
+                    need_weights: bool = True) -> RoutedPrefix:
+    """Routing over all of `sources` (n + j tensors (B, T, D)) from the phase-1 prefix over the first n:
+    the prefix itself when j = 0, else `merge_sources` over the last j (their inv_rms taken from
+    `inv` (n + j tensors (B, T)) when given, else computed)."""
+    later = list(sources[prefix.num_sources:])
+    if not later:
+        # The prefix's mixture is a view of its whole group's phase-1 result; whatever saves it for
+        # backward (the next sub-layer's norm) would keep all S of them alive, so it gets its own copy.
+        return replace(prefix, mixed=prefix.mixed.clone()) if torch.is_grad_enabled() else prefix
+    later_inv = list(inv[prefix.num_sources:]) if inv is not None else [inv_rms(v, eps) for v in later]
+    return merge_sources(prefix, later, later_inv, need_weights)

@@ -8,13 +8,14 @@ timing itself is `attnres.common.timing.run_interleaved`.
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable
 
 import torch
 
 from attnres.common.precision import autocast
 from attnres.common.timing import ratio
-from attnres.model import AttnResLM, KVCache, ModelConfig
+from attnres.model import AttnResLM, FastGenerator, KVCache, ModelConfig
 from attnres.train.memory import measure_step_memory
 
 
@@ -50,6 +51,9 @@ class VariantRunner:
         self.precision = precision
         self.device = device
         self._cache: KVCache | None = None
+        self._generator: FastGenerator | None = None
+        self._decoding = None
+        self.compile_s: float | None = None
 
     def _autocast(self):
         return autocast(self.device, self.precision)
@@ -82,6 +86,28 @@ class VariantRunner:
         with self._autocast():
             for t in range(self.decode_ids.shape[1]):
                 self.model(self.decode_ids[:, t:t + 1], cache=cache)
+
+    def decode_compiled_setup(self) -> None:
+        """Untimed: prefill `batch` into a static KV cache for the compiled decode step; the first call
+        also compiles the step (one step, its wall time kept as `compile_s`)."""
+        if self._generator is None:
+            self._generator = FastGenerator(self.model, compile=True)
+        steps = self.decode_ids.shape[1]
+        self._decoding = self._generator.start(self.batch, max_new_tokens=steps + 2, precision=self.precision)
+        if self._decoding.compiles:
+            sync = device_sync(self.device)
+            start = time.perf_counter()
+            self._decoding.step()
+            if sync is not None:
+                sync()
+            self.compile_s = time.perf_counter() - start
+
+    def decode_compiled(self) -> None:
+        """decode_ids.shape[1] greedy tokens, one compiled static-cache step each
+        (`attnres.model.generation`; no host synchronisation between steps)."""
+        decoding, self._decoding = self._decoding, None
+        for _ in range(self.decode_ids.shape[1]):
+            decoding.step()
 
     def parameters(self) -> int:
         """Number of parameters of the model."""

@@ -1,0 +1,689 @@
+// Fused CPU routing: S static queries over n sources, forward and backward, one pass over memory.
+//
+// The contract is lean.route_sources's (see attnres/routing/fused_cpu.py for the Python side):
+//   logits[s, t, i] = inv_i[t] * <q_s, v_i[t]>,  weights = softmax_i,  lse = logsumexp_i,
+//   mixed[s, t] = sum_i weights[s, t, i] * v_i[t],
+// with tokens t = the sources' leading dims flattened. Statistics and accumulation are in the
+// compute type A (float, or double when a source is float64).
+//
+// Why it is fast: tokens are processed in tiles whose rows of all n sources fit in L2. A tile's
+// rows are read from memory once, for the logits; the mixture (and, in backward, d queries) reads
+// them again from cache. Each (router, token) output row is accumulated in registers (a chunk of
+// vectors over all n sources) and written once, so no (S, tokens, D) accumulator goes through
+// memory once per source. With no inv given, each row's inverse RMS is computed in the same pass. bf16/fp16 sources are
+// converted a tile at a time into a per-thread buffer, never into full-size fp32 copies.
+//
+// Inner loops use 32-byte GCC vector types (see Simd); the conversions are plain `omp simd` loops.
+// The extension is built with -march=native, for the build machine's instruction set.
+
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+using at::Tensor;
+using c10::ScalarType;
+
+// A tile's source rows must stay in cache between the logits and the mixture: about this many bytes
+// of rows (all n sources together) per tile, well inside L2 (512 KiB to 2 MiB per core on current
+// x86 CPUs) with the staging buffer beside it. Measured here (9 sources of 256 fp32), tiles of 1 to
+// 16 tokens ran alike, larger ones up to 15% slower: a small tile also stays in L1.
+constexpr int64_t kTileBytes = 64 * 1024;
+constexpr int64_t kMaxTileTokens = 16;
+
+inline float bf16_to_float(uint16_t bits) {
+  return __builtin_bit_cast(float, static_cast<uint32_t>(bits) << 16);
+}
+
+// Round to nearest even, NaN kept a (quiet) NaN: what at::BFloat16(float) does, in a loop gcc vectorises.
+inline uint16_t float_to_bf16(float value) {
+  uint32_t bits = __builtin_bit_cast(uint32_t, value);
+  uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  return value != value ? static_cast<uint16_t>(0x7FC0) : static_cast<uint16_t>(rounded);
+}
+
+// Read `count` elements of dtype `type` at `src` as A into `dst`.
+template <typename A>
+void load_as(const void* src, ScalarType type, int64_t count, A* dst) {
+  switch (type) {
+    case ScalarType::Float: {
+      const float* p = static_cast<const float*>(src);
+#pragma omp simd
+      for (int64_t k = 0; k < count; ++k) dst[k] = static_cast<A>(p[k]);
+      break;
+    }
+    case ScalarType::Double: {
+      const double* p = static_cast<const double*>(src);
+#pragma omp simd
+      for (int64_t k = 0; k < count; ++k) dst[k] = static_cast<A>(p[k]);
+      break;
+    }
+    case ScalarType::BFloat16: {
+      const uint16_t* p = static_cast<const uint16_t*>(src);
+#pragma omp simd
+      for (int64_t k = 0; k < count; ++k) dst[k] = static_cast<A>(bf16_to_float(p[k]));
+      break;
+    }
+    case ScalarType::Half: {
+      const c10::Half* p = static_cast<const c10::Half*>(src);
+      for (int64_t k = 0; k < count; ++k) dst[k] = static_cast<A>(static_cast<float>(p[k]));
+      break;
+    }
+    default:
+      TORCH_CHECK(false, "attnres fused routing: unsupported dtype ", type);
+  }
+}
+
+// Write `count` values of A at `src` to `dst` in dtype `type` (rounded to nearest even).
+template <typename A>
+void store_as(const A* src, ScalarType type, int64_t count, void* dst) {
+  switch (type) {
+    case ScalarType::Float: {
+      float* p = static_cast<float*>(dst);
+#pragma omp simd
+      for (int64_t k = 0; k < count; ++k) p[k] = static_cast<float>(src[k]);
+      break;
+    }
+    case ScalarType::Double: {
+      double* p = static_cast<double*>(dst);
+#pragma omp simd
+      for (int64_t k = 0; k < count; ++k) p[k] = static_cast<double>(src[k]);
+      break;
+    }
+    case ScalarType::BFloat16: {
+      uint16_t* p = static_cast<uint16_t*>(dst);
+#pragma omp simd
+      for (int64_t k = 0; k < count; ++k) p[k] = float_to_bf16(static_cast<float>(src[k]));
+      break;
+    }
+    case ScalarType::Half: {
+      c10::Half* p = static_cast<c10::Half*>(dst);
+      for (int64_t k = 0; k < count; ++k) p[k] = c10::Half(static_cast<float>(src[k]));
+      break;
+    }
+    default:
+      TORCH_CHECK(false, "attnres fused routing: unsupported dtype ", type);
+  }
+}
+
+template <typename A>
+constexpr ScalarType scalar_type_of() {
+  return std::is_same_v<A, double> ? ScalarType::Double : ScalarType::Float;
+}
+
+// Explicit 32-byte vectors (GCC vector extensions): 8 floats or 4 doubles, an AVX register. With
+// plain loops gcc kept one running sum per dot product (every FMA waiting 4-5 cycles for the last)
+// and, on the mixture, fell back to scalar code for fear of aliasing; both made the kernel
+// compute-bound. On a CPU without AVX the compiler splits each vector into two SSE registers.
+template <typename A>
+struct Simd {
+  typedef A V __attribute__((vector_size(32)));
+  static constexpr int64_t W = 32 / sizeof(A);
+  static V load(const A* p) {
+    V v;
+    __builtin_memcpy(&v, p, sizeof(V));  // an unaligned load
+    return v;
+  }
+  static void store(A* p, V v) { __builtin_memcpy(p, &v, sizeof(V)); }
+  static V splat(A x) { return V{} + x; }
+  static A sum(V v) {
+    A s = 0;
+    for (int64_t j = 0; j < W; ++j) s += v[j];
+    return s;
+  }
+};
+
+// <a, b> with four independent vector sums.
+template <typename A>
+inline A dot(const A* a, const A* b, int64_t count) {
+  using S = Simd<A>;
+  constexpr int64_t W = S::W;
+  typename S::V s0{}, s1{}, s2{}, s3{};
+  int64_t k = 0;
+  for (; k + 4 * W <= count; k += 4 * W) {
+    s0 += S::load(a + k) * S::load(b + k);
+    s1 += S::load(a + k + W) * S::load(b + k + W);
+    s2 += S::load(a + k + 2 * W) * S::load(b + k + 2 * W);
+    s3 += S::load(a + k + 3 * W) * S::load(b + k + 3 * W);
+  }
+  for (; k + W <= count; k += W) s0 += S::load(a + k) * S::load(b + k);
+  A sum = S::sum((s0 + s1) + (s2 + s3));
+  for (; k < count; ++k) sum += a[k] * b[k];
+  return sum;
+}
+
+// <q, r + j * stride> for j < 4 (four consecutive rows of one source): each chunk of q is loaded
+// once for four rows, and the eight running sums hide the FMA latency.
+template <typename A>
+inline void dot_rows4(const A* q, const A* r, int64_t stride, int64_t count, A* out) {
+  using S = Simd<A>;
+  constexpr int64_t W = S::W;
+  typename S::V s[4][2] = {};
+  int64_t k = 0;
+  for (; k + 2 * W <= count; k += 2 * W) {
+    const typename S::V q0 = S::load(q + k), q1 = S::load(q + k + W);
+    for (int j = 0; j < 4; ++j) {
+      s[j][0] += q0 * S::load(r + j * stride + k);
+      s[j][1] += q1 * S::load(r + j * stride + k + W);
+    }
+  }
+  for (; k + W <= count; k += W) {
+    const typename S::V q0 = S::load(q + k);
+    for (int j = 0; j < 4; ++j) s[j][0] += q0 * S::load(r + j * stride + k);
+  }
+  for (int j = 0; j < 4; ++j) {
+    A sum = S::sum(s[j][0] + s[j][1]);
+    for (int64_t m = k; m < count; ++m) sum += q[m] * r[j * stride + m];
+    out[j] = sum;
+  }
+}
+
+// <a, v> and <b, v> in one sweep over v (backward's <q, v_i> and <g, v_i>).
+template <typename A>
+inline void dot2(const A* a, const A* b, const A* v, int64_t count, A& av, A& bv) {
+  using S = Simd<A>;
+  constexpr int64_t W = S::W;
+  typename S::V a0{}, a1{}, b0{}, b1{};
+  int64_t k = 0;
+  for (; k + 2 * W <= count; k += 2 * W) {
+    const typename S::V v0 = S::load(v + k), v1 = S::load(v + k + W);
+    a0 += S::load(a + k) * v0;
+    a1 += S::load(a + k + W) * v1;
+    b0 += S::load(b + k) * v0;
+    b1 += S::load(b + k + W) * v1;
+  }
+  for (; k + W <= count; k += W) {
+    const typename S::V v0 = S::load(v + k);
+    a0 += S::load(a + k) * v0;
+    b0 += S::load(b + k) * v0;
+  }
+  A sa = S::sum(a0 + a1), sb = S::sum(b0 + b1);
+  for (; k < count; ++k) {
+    sa += a[k] * v[k];
+    sb += b[k] * v[k];
+  }
+  av = sa;
+  bv = sb;
+}
+
+// out[0:count] = sum_i w[i] * rows[i][offset + 0:count]: a chunk of 4 vectors of `out` stays in
+// registers while all n rows are added into it, so `out` is written once and never re-read.
+template <typename A>
+void weighted_sum(const A* w, const A* const* rows, int64_t offset, int64_t n, int64_t count, A* out) {
+  using S = Simd<A>;
+  constexpr int64_t W = S::W;
+  int64_t k = 0;
+  for (; k + 4 * W <= count; k += 4 * W) {
+    typename S::V o0{}, o1{}, o2{}, o3{};
+    for (int64_t i = 0; i < n; ++i) {
+      const A* r = rows[i] + offset + k;
+      const typename S::V wi = S::splat(w[i]);
+      o0 += wi * S::load(r);
+      o1 += wi * S::load(r + W);
+      o2 += wi * S::load(r + 2 * W);
+      o3 += wi * S::load(r + 3 * W);
+    }
+    S::store(out + k, o0);
+    S::store(out + k + W, o1);
+    S::store(out + k + 2 * W, o2);
+    S::store(out + k + 3 * W, o3);
+  }
+  for (; k + W <= count; k += W) {
+    typename S::V o0{};
+    for (int64_t i = 0; i < n; ++i) o0 += S::splat(w[i]) * S::load(rows[i] + offset + k);
+    S::store(out + k, o0);
+  }
+  for (; k < count; ++k) {
+    A o = 0;
+    for (int64_t i = 0; i < n; ++i) o += w[i] * rows[i][offset + k];
+    out[k] = o;
+  }
+}
+
+// Backward's pass 2 for one (source, token): out = sum_s (a[s] g_s + c[s] q_s) (the g term only
+// when g_rows is given) + self_coef v, and dq_s += c[s] v, for rows of `width`; q and dq are
+// (S, width). A chunk of `out` stays in registers across the S routers.
+template <typename A>
+void source_grad(int64_t S_, const A* a, const A* c, const A* const* g_rows, int64_t g_offset, const A* q,
+                 const A* v, int64_t width, A self_coef, A* out, A* dq) {
+  using S = Simd<A>;
+  constexpr int64_t W = S::W;
+  int64_t k = 0;
+  for (; k + 2 * W <= width; k += 2 * W) {
+    const typename S::V v0 = S::load(v + k), v1 = S::load(v + k + W), e = S::splat(self_coef);
+    typename S::V o0 = e * v0, o1 = e * v1;
+    for (int64_t s = 0; s < S_; ++s) {
+      const typename S::V cs = S::splat(c[s]);
+      const A* qs = q + s * width + k;
+      o0 += cs * S::load(qs);
+      o1 += cs * S::load(qs + W);
+      if (g_rows) {
+        const typename S::V as = S::splat(a[s]);
+        const A* gs = g_rows[s] + g_offset + k;
+        o0 += as * S::load(gs);
+        o1 += as * S::load(gs + W);
+      }
+      A* d = dq + s * width + k;
+      S::store(d, S::load(d) + cs * v0);
+      S::store(d + W, S::load(d + W) + cs * v1);
+    }
+    S::store(out + k, o0);
+    S::store(out + k + W, o1);
+  }
+  for (; k < width; ++k) {
+    A o = self_coef * v[k];
+    for (int64_t s = 0; s < S_; ++s) {
+      o += c[s] * q[s * width + k] + (g_rows ? a[s] * g_rows[s][g_offset + k] : A(0));
+      dq[s * width + k] += c[s] * v[k];
+    }
+    out[k] = o;
+  }
+}
+
+// The inputs both passes share, checked and made contiguous in the compute dtype (the sources
+// keep theirs), with raw pointers to their rows. Conversions and checks live here rather than in
+// Python: there they cost microseconds per source, which decoding one token at a time would feel.
+struct Inputs {
+  Tensor queries;                 // (S, D) contiguous, compute dtype
+  std::vector<Tensor> sources;    // contiguous (a copy only of a non-contiguous one)
+  std::vector<Tensor> inv;        // (tokens,) contiguous, compute dtype; empty when own_inv
+  bool own_inv;                   // no inv given: the kernels compute rsqrt(mean(v^2) + eps) from the rows
+  double eps;
+  std::vector<const void*> data;  // each source's first element
+  std::vector<ScalarType> type;
+  std::vector<int64_t> elem;
+  ScalarType out_type, compute;   // the sources' promoted dtype, and that promoted with fp32
+  int64_t S, D, n, tokens;
+};
+
+bool readable(ScalarType t) {
+  return t == ScalarType::Float || t == ScalarType::Double || t == ScalarType::BFloat16 || t == ScalarType::Half;
+}
+
+Inputs prepare(const Tensor& queries, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv, double eps) {
+  TORCH_CHECK_VALUE(!sources.empty(), "attnres fused routing: needs at least one source, got none");
+  TORCH_CHECK_VALUE(inv.empty() || sources.size() == inv.size(), "attnres fused routing: needs one inv per source, got ",
+                    inv.size(), " for ", sources.size(), " sources");
+  const auto shape = sources[0].sizes();
+  TORCH_CHECK_VALUE(queries.dim() == 2 && shape.size() >= 1 && queries.size(1) == shape.back(),
+                    "attnres fused routing: queries must be (S, ", shape.back(), "), got ", queries.sizes());
+  Inputs in;
+  in.S = queries.size(0);
+  in.D = queries.size(1);
+  in.n = static_cast<int64_t>(sources.size());
+  in.tokens = in.D == 0 ? 0 : sources[0].numel() / in.D;
+  in.own_inv = inv.empty();
+  in.eps = eps;
+  in.out_type = sources[0].scalar_type();
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const Tensor& v = sources[i];
+    const auto inv_shape = in.own_inv ? shape.slice(0, shape.size() - 1) : inv[i].sizes();
+    TORCH_CHECK_VALUE(v.sizes() == shape && inv_shape == shape.slice(0, shape.size() - 1),
+                      "attnres fused routing: every source must be ", shape, " and every inv ",
+                      shape.slice(0, shape.size() - 1), "; source ", i, " is ", v.sizes(), ", its inv ", inv_shape);
+    TORCH_CHECK_TYPE(readable(v.scalar_type()), "attnres fused routing: source ", i, " has dtype ", v.scalar_type(),
+                     "; it reads float32, float64, bfloat16 and float16");
+    TORCH_CHECK_VALUE(v.device().is_cpu() && (in.own_inv || inv[i].device().is_cpu()),
+                      "attnres fused routing: runs on CPU tensors, source ", i, " is on ", v.device());
+    in.out_type = c10::promoteTypes(in.out_type, v.scalar_type());
+  }
+  in.compute = c10::promoteTypes(in.out_type, ScalarType::Float);
+  in.queries = queries.to(in.compute).contiguous();
+  for (size_t i = 0; i < sources.size(); ++i) {
+    in.sources.push_back(sources[i].contiguous());
+    if (!in.own_inv) in.inv.push_back(inv[i].to(in.compute).contiguous());
+    in.data.push_back(in.sources.back().data_ptr());
+    in.type.push_back(sources[i].scalar_type());
+    in.elem.push_back(sources[i].element_size());
+  }
+  return in;
+}
+
+template <typename A>
+std::vector<const A*> inv_rows(const Inputs& in) {
+  std::vector<const A*> out;
+  for (const Tensor& r : in.inv) out.push_back(r.data_ptr<A>());
+  return out;
+}
+
+// rt[t * n + i] = inv_i of the tile's token t: given, or rsqrt(mean(v^2) + eps) of the row, as
+// lean.inv_rms computes it (the sum of squares in the compute dtype). Computing it here reads the
+// rows into cache, which the logits pass would do anyway: inv costs no extra pass over memory.
+template <typename A>
+void tile_inv(const Inputs& src, const std::vector<const A*>& inv, const std::vector<const A*>& rows, int64_t t0,
+              int64_t count, A* rt) {
+  for (int64_t i = 0; i < src.n; ++i)
+    for (int64_t t = 0; t < count; ++t) {
+      if (src.own_inv) {
+        const A* v = rows[i] + t * src.D;
+        rt[t * src.n + i] = A(1) / std::sqrt(dot<A>(v, v, src.D) / static_cast<A>(src.D) + static_cast<A>(src.eps));
+      } else {
+        rt[t * src.n + i] = inv[i][t0 + t];
+      }
+    }
+}
+
+// Sizes of a (S, leading..., last) result: the sources' leading dims between S and `last`.
+std::vector<int64_t> result_shape(const Inputs& in, std::optional<int64_t> last) {
+  std::vector<int64_t> out{in.S};
+  const auto shape = in.sources[0].sizes();
+  out.insert(out.end(), shape.begin(), shape.end() - 1);
+  if (last) out.push_back(*last);
+  return out;
+}
+
+int64_t tile_tokens(const Inputs& in, int64_t compute_elem) {
+  int64_t row_bytes = 0;
+  for (int64_t i = 0; i < in.n; ++i) row_bytes += in.D * std::max<int64_t>(in.elem[i], compute_elem);
+  return std::clamp<int64_t>(kTileBytes / std::max<int64_t>(row_bytes, 1), 1, kMaxTileTokens);
+}
+
+// The tile's rows of every source as A: a pointer into the source when it is already A, else the
+// rows converted into `stage` (one slot of tile * width per source).
+template <typename A>
+void tile_rows(const Inputs& src, int64_t t0, int64_t count, int64_t tile, std::vector<A>& stage,
+               std::vector<const A*>& rows) {
+  const ScalarType self = scalar_type_of<A>();
+  const int64_t width = src.D;
+  for (int64_t i = 0; i < src.n; ++i) {
+    const char* base = static_cast<const char*>(src.data[i]) + t0 * width * src.elem[i];
+    if (src.type[i] == self) {
+      rows[i] = reinterpret_cast<const A*>(base);
+    } else {
+      A* slot = stage.data() + static_cast<int64_t>(i) * tile * width;
+      load_as<A>(base, src.type[i], count * width, slot);
+      rows[i] = slot;
+    }
+  }
+}
+
+bool all_of_type(const Inputs& src, ScalarType type) {
+  return std::all_of(src.type.begin(), src.type.end(), [type](ScalarType t) { return t == type; });
+}
+
+// ------------------------------------------------------------------------------------- forward
+
+template <typename A>
+void forward_kernel(const Inputs& src, Tensor& mixed, Tensor& lse, Tensor& weights) {
+  const int64_t S = src.S, D = src.D, n = src.n, tokens = src.tokens;
+  const std::vector<const A*> inv = inv_rows<A>(src);
+  const A* q = src.queries.data_ptr<A>();
+  A* lse_out = lse.data_ptr<A>();
+  A* w_out = weights.data_ptr<A>();
+  char* mixed_out = static_cast<char*>(mixed.data_ptr());
+  const ScalarType out_type = mixed.scalar_type();
+  const int64_t out_elem = mixed.element_size();
+  const bool direct_out = out_type == scalar_type_of<A>();
+  const bool staged = !all_of_type(src, scalar_type_of<A>());
+  const int64_t tile = tile_tokens(src, sizeof(A));
+  const int64_t num_tiles = (tokens + tile - 1) / tile;
+
+  at::parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<A> stage(staged ? n * tile * D : 0);
+    std::vector<const A*> rows(n);
+    std::vector<A> logit(tile * S * n);  // (t, s, i), then the weights in place
+    std::vector<A> rt(tile * n);         // (t, i): the tile's inv
+    std::vector<A> acc(direct_out ? 0 : D);
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t t0 = b * tile, count = std::min(tile, tokens - t0);
+      tile_rows<A>(src, t0, count, tile, stage, rows);
+      tile_inv<A>(src, inv, rows, t0, count, rt.data());
+      // Pass 1: logits. This is the pass that brings the tile's rows into cache.
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t s = 0; s < S; ++s) {
+          int64_t t = 0;
+          for (A d4[4]; t + 4 <= count; t += 4) {
+            dot_rows4<A>(q + s * D, rows[i] + t * D, D, D, d4);
+            for (int j = 0; j < 4; ++j) logit[((t + j) * S + s) * n + i] = rt[(t + j) * n + i] * d4[j];
+          }
+          for (; t < count; ++t) logit[(t * S + s) * n + i] = rt[t * n + i] * dot<A>(q + s * D, rows[i] + t * D, D);
+        }
+      // Softmax over the n sources of each (token, router): per-token scalars.
+      for (int64_t t = 0; t < count; ++t)
+        for (int64_t s = 0; s < S; ++s) {
+          A* l = logit.data() + (t * S + s) * n;
+          A m = -std::numeric_limits<A>::infinity();
+          for (int64_t i = 0; i < n; ++i) m = std::max(m, l[i]);
+          // All -inf (or NaN): let exp/log produce what torch's softmax and logsumexp give.
+          const A shift = std::isfinite(m) ? m : A(0);
+          A total = 0;
+          for (int64_t i = 0; i < n; ++i) total += (l[i] = std::exp(l[i] - shift));
+          const int64_t st = s * tokens + t0 + t;
+          lse_out[st] = shift + std::log(total);
+          for (int64_t i = 0; i < n; ++i) w_out[st * n + i] = (l[i] /= total);
+        }
+      // Pass 2: the mixture, from the cached rows; each output row accumulated in registers, written once.
+      for (int64_t t = 0; t < count; ++t) {
+        for (int64_t s = 0; s < S; ++s) {
+          const int64_t st = s * tokens + t0 + t;
+          A* out = direct_out ? reinterpret_cast<A*>(mixed_out) + st * D : acc.data();
+          weighted_sum<A>(logit.data() + (t * S + s) * n, rows.data(), t * D, n, D, out);
+          if (!direct_out) store_as<A>(acc.data(), out_type, D, mixed_out + st * D * out_elem);
+        }
+      }
+    }
+  });
+}
+
+// mixed (S, ..., D) in the sources' promoted dtype, lse (S, ...) and weights (S, ..., n) in the compute dtype.
+std::tuple<Tensor, Tensor, Tensor> route_forward(const Tensor& queries, const std::vector<Tensor>& sources,
+                                                 const std::vector<Tensor>& inv, double eps) {
+  const Inputs in = prepare(queries, sources, inv, eps);
+  auto options = in.queries.options();
+  Tensor mixed = at::empty(result_shape(in, in.D), options.dtype(in.out_type));
+  Tensor lse = at::empty(result_shape(in, std::nullopt), options);
+  Tensor weights = at::empty(result_shape(in, in.n), options);
+  if (in.compute == ScalarType::Double) {
+    forward_kernel<double>(in, mixed, lse, weights);
+  } else {
+    forward_kernel<float>(in, mixed, lse, weights);
+  }
+  return {mixed, lse, weights};
+}
+
+// ------------------------------------------------------------------------------------- backward
+
+template <typename A>
+struct Upstream {  // the incoming gradients; null pointers for the absent ones
+  const void* mixed = nullptr;
+  ScalarType mixed_type = ScalarType::Float;
+  int64_t mixed_elem = 0;
+  const A* lse = nullptr;
+  const A* weights = nullptr;
+};
+
+template <typename A>
+void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, bool centered,
+                     std::vector<Tensor>& grad_sources, std::vector<Tensor>& grad_inv, Tensor& grad_queries) {
+  const int64_t S = src.S, D = src.D, n = src.n, tokens = src.tokens;
+  const std::vector<const A*> inv = inv_rows<A>(src);
+  const A* q = src.queries.data_ptr<A>();
+  const ScalarType self = scalar_type_of<A>();
+  const bool staged = !all_of_type(src, self);
+  const bool has_g = up.mixed != nullptr, stage_g = has_g && up.mixed_type != self;
+  const int64_t tile = tile_tokens(src, sizeof(A));
+  const int64_t num_tiles = (tokens + tile - 1) / tile;
+  std::vector<char*> dsrc(n);
+  std::vector<A*> dinv(n);
+  for (int64_t i = 0; i < n; ++i) {
+    dsrc[i] = static_cast<char*>(grad_sources[i].data_ptr());
+    dinv[i] = src.own_inv ? nullptr : grad_inv[i].data_ptr<A>();
+  }
+  // d queries sums over all tokens: one partial per group of tiles, added in a fixed order at the
+  // end, so the result does not depend on how threads were scheduled.
+  const int64_t groups = std::max<int64_t>(1, std::min<int64_t>(num_tiles, at::get_num_threads()));
+  std::vector<A> partial(groups * S * D, A(0));
+
+  at::parallel_for(0, groups, 1, [&](int64_t group_begin, int64_t group_end) {
+    std::vector<A> stage(staged ? n * tile * D : 0);
+    std::vector<const A*> rows(n);
+    std::vector<A> g_stage(stage_g ? S * tile * D : 0);
+    std::vector<const A*> g_rows(S);  // g_rows[s]: the tile's (count, D) rows of grad_mixed[s]
+    std::vector<A> qv(tile * S * n), gv(has_g ? tile * S * n : 0), coef(tile * S * n), dv(D);
+    std::vector<A> a_st(S), c_st(S);  // one (source, token)'s alpha and coef for each router
+    std::vector<A> rt(tile * n), drt(tile * n);  // (t, i): the tile's inv and d inv
+    for (int64_t group = group_begin; group < group_end; ++group) {
+      A* dq = partial.data() + group * S * D;
+      const int64_t tile_begin = group * num_tiles / groups, tile_end = (group + 1) * num_tiles / groups;
+      for (int64_t b = tile_begin; b < tile_end; ++b) {
+        const int64_t t0 = b * tile, count = std::min(tile, tokens - t0);
+        tile_rows<A>(src, t0, count, tile, stage, rows);
+        tile_inv<A>(src, inv, rows, t0, count, rt.data());
+        for (int64_t s = 0; s < S && has_g; ++s) {
+          const char* base = static_cast<const char*>(up.mixed) + (s * tokens + t0) * D * up.mixed_elem;
+          if (stage_g) {
+            load_as<A>(base, up.mixed_type, count * D, g_stage.data() + s * tile * D);
+            g_rows[s] = g_stage.data() + s * tile * D;
+          } else {
+            g_rows[s] = reinterpret_cast<const A*>(base);
+          }
+        }
+        // Pass 1: recompute <q_s, v_i> and <g_s, v_i> (the pass that reads the rows from memory).
+        for (int64_t i = 0; i < n; ++i)
+          for (int64_t t = 0; t < count; ++t) {
+            const A* v = rows[i] + t * D;
+            for (int64_t s = 0; s < S; ++s) {
+              const int64_t k = (t * S + s) * n + i;
+              if (has_g) {
+                dot2<A>(q + s * D, g_rows[s] + t * D, v, D, qv[k], gv[k]);
+              } else {
+                qv[k] = dot<A>(q + s * D, v, D);
+              }
+            }
+          }
+        // Per-token scalars: d logits, d inv, and coef = d logit * inv (the weight of q_s in d v_i
+        // and of v_i in d q_s).
+        for (int64_t t = 0; t < count; ++t) {
+          const int64_t tok = t0 + t;
+          A* dr = drt.data() + t * n;
+          std::fill(dr, dr + n, A(0));
+          for (int64_t s = 0; s < S; ++s) {
+            const int64_t st = s * tokens + tok, base = (t * S + s) * n;
+            const A* a = alpha + st * n;
+            const A* gw = up.weights ? up.weights + st * n : nullptr;
+            const A gl = up.lse ? up.lse[st] : A(0);
+            // The softmax backward of the recorded weights is always centred; the mixture's part is
+            // centred too unless `centered` is false (then d logit_i = alpha_i <g, v_i> + ...).
+            A centre_w = 0, centre_g = 0;
+            for (int64_t i = 0; i < n; ++i) {
+              if (gw) centre_w += a[i] * gw[i];
+              if (has_g) centre_g += a[i] * gv[base + i];
+            }
+            const A centre = centered ? centre_w + centre_g : centre_w;
+            for (int64_t i = 0; i < n; ++i) {
+              const A dalpha = (has_g ? gv[base + i] : A(0)) + (gw ? gw[i] : A(0));
+              const A dlogit = a[i] * (dalpha - centre + gl);
+              dr[i] += dlogit * qv[base + i];
+              coef[base + i] = dlogit * rt[t * n + i];
+            }
+          }
+          if (!src.own_inv)
+            for (int64_t i = 0; i < n; ++i) dinv[i][tok] = dr[i];
+        }
+        // Pass 2: d v_i = sum_s (alpha g_s + coef q_s), and d q_s += coef v_i, from the cached rows.
+        // With inv computed here, d v_i also gets d inv * d inv / d v = d inv * (-inv^3 / D) v_i.
+        for (int64_t i = 0; i < n; ++i) {
+          const bool direct = src.type[i] == self;
+          for (int64_t t = 0; t < count; ++t) {
+            const int64_t tok = t0 + t;
+            for (int64_t s = 0; s < S; ++s) {
+              a_st[s] = alpha[(s * tokens + tok) * n + i];
+              c_st[s] = coef[(t * S + s) * n + i];
+            }
+            A* out = direct ? reinterpret_cast<A*>(dsrc[i]) + tok * D : dv.data();
+            const A r = rt[t * n + i];
+            const A self_coef = src.own_inv ? -drt[t * n + i] * r * r * r / static_cast<A>(D) : A(0);
+            source_grad<A>(S, a_st.data(), c_st.data(), has_g ? g_rows.data() : nullptr, t * D, q, rows[i] + t * D,
+                           D, self_coef, out, dq);
+            if (!direct) store_as<A>(dv.data(), src.type[i], D, dsrc[i] + tok * D * src.elem[i]);
+          }
+        }
+      }
+    }
+  });
+  A* dq_out = grad_queries.data_ptr<A>();
+  std::fill(dq_out, dq_out + S * D, A(0));
+  for (int64_t group = 0; group < groups; ++group)
+    for (int64_t k = 0; k < S * D; ++k) dq_out[k] += partial[group * S * D + k];
+}
+
+// (d queries (S, D) in the queries' dtype, d sources each in its source's dtype and shape, d inv each
+// in its inv's dtype and shape). weights: forward's output; any of the upstream gradients may be absent.
+std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward(
+    const Tensor& queries, const Tensor& weights, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv,
+    const std::optional<Tensor>& grad_mixed, const std::optional<Tensor>& grad_lse,
+    const std::optional<Tensor>& grad_weights, bool centered, double eps) {
+  const Inputs in = prepare(queries, sources, inv, eps);
+  const int64_t per_token = in.S * in.tokens;
+  // The per-token tensors in the compute dtype, contiguous; grad_mixed keeps its dtype (a bf16
+  // gradient is converted a tile at a time in the kernel).
+  auto scalars = [&](const Tensor& t, int64_t numel, const char* what) {
+    TORCH_CHECK_VALUE(t.numel() == numel, "attnres fused routing: ", what, " has ", t.numel(), " elements, expected ",
+                      numel);
+    return t.to(in.compute).contiguous();
+  };
+  const Tensor alpha = scalars(weights, per_token * in.n, "weights");
+  std::optional<Tensor> g_mixed, g_lse, g_weights;
+  if (grad_mixed.has_value()) {
+    TORCH_CHECK_VALUE(grad_mixed->numel() == per_token * in.D, "attnres fused routing: grad_mixed has ",
+                      grad_mixed->numel(), " elements, expected ", per_token * in.D);
+    TORCH_CHECK_TYPE(readable(grad_mixed->scalar_type()), "attnres fused routing: grad_mixed has dtype ",
+                     grad_mixed->scalar_type());
+    g_mixed = grad_mixed->contiguous();
+  }
+  if (grad_lse.has_value()) g_lse = scalars(*grad_lse, per_token, "grad_lse");
+  if (grad_weights.has_value()) g_weights = scalars(*grad_weights, per_token * in.n, "grad_weights");
+
+  std::vector<Tensor> grad_sources, grad_inv;
+  for (int64_t i = 0; i < in.n; ++i) {
+    grad_sources.push_back(at::empty(in.sources[i].sizes(), in.sources[i].options()));
+    if (!in.own_inv) grad_inv.push_back(at::empty({in.tokens}, in.queries.options()));
+  }
+  Tensor grad_queries = at::empty({in.S, in.D}, in.queries.options());
+  auto run = [&](auto zero) {
+    using A = decltype(zero);
+    Upstream<A> up;
+    if (g_mixed) {
+      up.mixed = g_mixed->data_ptr();
+      up.mixed_type = g_mixed->scalar_type();
+      up.mixed_elem = g_mixed->element_size();
+    }
+    if (g_lse) up.lse = g_lse->data_ptr<A>();
+    if (g_weights) up.weights = g_weights->data_ptr<A>();
+    backward_kernel<A>(in, alpha.data_ptr<A>(), up, centered, grad_sources, grad_inv, grad_queries);
+  };
+  if (in.compute == ScalarType::Double) {
+    run(double(0));
+  } else {
+    run(float(0));
+  }
+  for (size_t i = 0; i < grad_inv.size(); ++i) grad_inv[i] = grad_inv[i].view(inv[i].sizes()).to(inv[i].scalar_type());
+  return {grad_queries.to(queries.scalar_type()), grad_sources, grad_inv};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(attnres_fused_cpu, m) {
+  // inv = []: the kernels compute each source's inverse RMS with `eps` (and its gradient flows into
+  // d sources); otherwise eps is unused and d inv is returned.
+  m.def("route_forward(Tensor queries, Tensor[] sources, Tensor[] inv, float eps) -> (Tensor, Tensor, Tensor)");
+  m.def("route_backward(Tensor queries, Tensor weights, Tensor[] sources, Tensor[] inv, Tensor? grad_mixed, "
+        "Tensor? grad_lse, Tensor? grad_weights, bool centered, float eps) -> (Tensor, Tensor[], Tensor[])");
+}
+
+TORCH_LIBRARY_IMPL(attnres_fused_cpu, CPU, m) {
+  m.impl("route_forward", &route_forward);
+  m.impl("route_backward", &route_backward);
+}

@@ -1,0 +1,318 @@
+"""Fused CPU routing: `route_sources_fused`, lean.route_sources's contract in one C++ pass over memory.
+
+Why: on CPU the lean op reads every source twice (logits, then the mixture), its `addcmul_`
+mixture reads and writes the (S, B, T, D) fp32 accumulator once per source, and it converts bf16
+sources to fp32 copies; it reached 0.19 of the copy bandwidth in fp32 and 0.07 in bf16. The kernel
+in csrc/route_cpu.cpp works on tiles of tokens whose rows of all n sources fit in L2: the logits
+pass reads a tile from memory, the mixture (or, in backward, d queries) reads it again from cache,
+and each output row is accumulated in registers, a few vectors at a time over all n sources, and
+written once. bf16/fp16 sources are converted a tile
+at a time into a per-thread buffer, never into full-size copies. Statistics and accumulation are
+fp32 (float64 when a source is float64); autocast does not apply (the kernel calls no ATen op).
+Threads: at::parallel_for over tiles, i.e. torch's intra-op thread count.
+
+Backward is one C++ pass too: it recomputes <q_s, v_i> and <g_s, v_i>, writes d sources and
+d inv, and accumulates d queries (per group of tiles, summed in a fixed order: deterministic for
+a given thread count). Saved for backward: references to queries, sources and inv, and the
+(S, B, T, n) weights, as in the lean op. `centered=False` drops the softmax-centring term of the
+mixture's part of d logits (d logit_i = alpha_i (<g, v_i> + g_lse) + softmax-backward(g_weights)).
+
+Build: the extension is compiled with torch.utils.cpp_extension (g++ -O3 -march=native -fopenmp,
+ninja) into a cache folder keyed by the source, the flags, torch, Python and the CPU, so a
+different machine or a changed source builds anew and a stale binary is never loaded.
+`python -m attnres.routing.fused_cpu_build` builds it; scripts/setup_env.sh runs that after
+installing attnres (about 20 s on 2 cores). Importing this module loads the binary when the cache
+has it (about 1 ms); nothing else is looked up later, so `fused_available()` traces under
+torch.compile. routing_impl "auto" picks "fused" on CPU only when the binary is loaded: it never
+starts a build. Asking for "fused" explicitly builds it on first use (one line on stderr says so),
+and a failed build raises with the compiler's output. -march=native: the binary uses the build
+machine's vector instructions and is only loaded on a CPU with the same flags (the key includes them).
+
+`inv=None` with `eps`: the kernel computes each source's inverse RMS itself, in the pass that
+reads the rows anyway, and backward folds its gradient into d sources. A caller without cached
+inverse RMS (a lone Router call, the router micro-benchmark) then skips inv_rms's own pass over
+every source and, in backward, its extra read, write and gradient accumulation.
+
+Under `torch.compile` forward and backward are `torch.library.custom_op`s with fake
+implementations (fullgraph works); in eager mode they run through a `torch.autograd.Function`, or
+directly without gradients, as in lean.py. Not twice differentiable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from attnres.routing.lean import compute_dtype
+
+__all__ = ["build_extension", "extension_path", "fused_available", "route_sources_fused"]
+
+SOURCE = Path(__file__).with_name("csrc") / "route_cpu.cpp"
+CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno")  # no errno checks, so the loops vectorise
+LDFLAGS = ("-fopenmp",)  # resolves to the libgomp that torch already loaded (same soname)
+SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+_NAMESPACE = "attnres_fused_cpu"
+
+_lock = threading.Lock()
+_state = {"loaded": False}
+
+
+# ---------------------------------------------------------------- building and loading the extension
+
+def _cpu_fingerprint() -> str:
+    """The CPU's model and feature flags (what -march=native compiles for)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            lines = [line for line in info if line.startswith(("model name", "flags"))]
+        return "".join(sorted(set(lines)))
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}"
+
+
+def _build_key() -> str:
+    digest = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), repr((CFLAGS, LDFLAGS)).encode(), torch.__version__.encode(),
+                 sys.version.encode(), _cpu_fingerprint().encode()):
+        digest.update(part)
+        digest.update(b"\0")
+    return digest.hexdigest()[:16]
+
+
+def extensions_dir() -> Path:
+    """Where built extensions live: $ATTNRES_EXTENSIONS_DIR, else $XDG_CACHE_HOME (or ~/.cache)/attnres/extensions."""
+    if os.environ.get("ATTNRES_EXTENSIONS_DIR"):
+        return Path(os.environ["ATTNRES_EXTENSIONS_DIR"])
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(cache) / "attnres" / "extensions"
+
+
+def _name() -> str:
+    return f"attnres_route_cpu_{_build_key()}"
+
+
+def extension_path() -> Path:
+    """The shared library this source, these flags, this torch, Python and CPU build to (it may not exist yet)."""
+    name = _name()
+    return extensions_dir() / name / f"{name}.so"
+
+
+def _load_library(path: Path) -> None:
+    torch.ops.load_library(str(path))
+    _state["loaded"] = True
+
+
+def fused_available() -> bool:
+    """True when the compiled extension is loaded: it was in the cache when this module was imported,
+    or it has been built since. Never builds, never touches the file system (so it traces under
+    torch.compile, where `resolve_impl` calls it)."""
+    return _state["loaded"]
+
+
+def _probe() -> None:
+    """At import: load the built extension if the cache has it (about 1 ms)."""
+    path = extension_path()
+    try:
+        if path.is_file():
+            _load_library(path)
+    except (OSError, RuntimeError) as err:  # e.g. a file left half-written by an interrupted build
+        warnings.warn(f"attnres: the fused CPU routing extension {path} does not load ({err}); rebuild it with "
+                      "`python -m attnres.routing.fused_cpu_build`. routing_impl 'auto' uses the lean ops meanwhile.")
+
+
+def build_extension(verbose: bool = False) -> Path:
+    """Compile the extension into the cache unless it is there, load it, and return its path.
+
+    Needs g++ (with OpenMP), ninja and the Python headers. Raises RuntimeError with the compiler's
+    output when the build fails.
+    """
+    path = extension_path()
+    with _lock:
+        if _state["loaded"]:
+            return path
+        if not path.is_file():
+            from torch.utils import cpp_extension  # imported here: it is slow to import and rarely needed
+
+            # A ninja installed in the virtual environment is on PATH only when it is activated.
+            bin_dir = os.path.dirname(sys.executable)
+            if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+                os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                cpp_extension.load(name=_name(), sources=[str(SOURCE)], extra_cflags=list(CFLAGS),
+                                   extra_ldflags=list(LDFLAGS), build_directory=str(path.parent),
+                                   is_python_module=False, verbose=verbose)
+            except Exception as err:
+                raise RuntimeError(f"building the fused CPU routing extension failed ({err}). It needs g++, ninja "
+                                   "and the Python headers; retry with `python -m attnres.routing.fused_cpu_build "
+                                   "--verbose`, or use routing_impl='lean'") from err
+            _state["loaded"] = True  # cpp_extension.load loaded it
+        else:
+            _load_library(path)
+    return path
+
+
+def _ops():
+    """The extension's ops, building the extension first (once, with a note on stderr) if needed."""
+    if not fused_available():
+        print(f"attnres: building the fused CPU routing extension into {extension_path().parent} (once; about "
+              "a minute). scripts/setup_env.sh does this at install time.", file=sys.stderr, flush=True)
+        build_extension()
+    return getattr(torch.ops, _NAMESPACE)
+
+
+# ---------------------------------------------------------------- the op
+
+def _check(queries: Tensor, sources: list[Tensor], inv: list[Tensor]) -> None:
+    """Clear errors for bad inputs. The C++ op checks the same (cheaply); this runs when tracing, where
+    errors should name the inputs at trace time, and when the op fails, to explain why."""
+    if not sources:
+        raise ValueError("route_sources_fused needs at least one source, got none")
+    if inv and len(inv) != len(sources):
+        raise ValueError(f"route_sources_fused needs one inv per source, got {len(inv)} for {len(sources)} sources")
+    shape = sources[0].shape
+    if queries.dim() != 2 or queries.shape[1] != shape[-1]:
+        raise ValueError(f"queries must be (S, {shape[-1]}), got {tuple(queries.shape)}")
+    for i, v in enumerate(sources):
+        if v.shape != shape or (inv and inv[i].shape != shape[:-1]):
+            raise ValueError(f"source {i} {tuple(v.shape)} / inv {tuple(inv[i].shape) if inv else None}: every "
+                             f"source must be {tuple(shape)} and every inv {tuple(shape[:-1])}")
+        if v.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"source {i} has dtype {v.dtype}; the fused CPU router reads {list(SUPPORTED_DTYPES)}")
+    for t in (queries, *sources, *inv):
+        if t.device.type != "cpu":
+            raise ValueError(f"route_sources_fused runs on CPU tensors, got one on {t.device}; use routing_impl "
+                             "'auto', 'lean' or 'triton' there")
+
+
+def _call(op, queries: Tensor, sources: list[Tensor], inv: list[Tensor]):
+    try:
+        return op(queries, sources, inv)
+    except (RuntimeError, NotImplementedError):  # e.g. the dispatcher's "could not run ... CUDA backend"
+        _check(queries, sources, inv)
+        raise
+
+
+def _route_forward(queries: Tensor, sources: list[Tensor], inv: list[Tensor],
+                   eps: float = 0.0) -> tuple[Tensor, Tensor, Tensor]:
+    # The C++ op converts and checks its inputs (non-contiguous ones are read through contiguous copies).
+    # inv == []: the kernel computes each source's inverse RMS with eps.
+    forward = _ops().route_forward
+    return _call(lambda q, v, r: forward(q, v, r, eps), queries, sources, inv)
+
+
+def _route_backward(queries: Tensor, weights: Tensor, sources: list[Tensor], inv: list[Tensor],
+                    grad_mixed: Tensor | None, grad_lse: Tensor | None, grad_weights: Tensor | None,
+                    centered: bool = True, eps: float = 0.0) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """Gradients w.r.t. (queries, sources, inv) from the saved weights, as lean._route_backward; one C++ pass.
+
+    queries (S, D), weights (S, B, T, n), sources n x (B, T, D), inv n x (B, T) (or [] with eps:
+    computed in the kernel, its gradient added to d sources); the upstream gradients may be None.
+    Returns (d queries (S, D) in the queries' dtype, d sources (B, T, D) each in its source's dtype,
+    d inv (B, T) each in its inv's dtype, [] when inv is []). centered=False: see the module docstring.
+    """
+    backward = _ops().route_backward
+    return _call(lambda q, v, r: backward(q, weights, v, r, grad_mixed, grad_lse, grad_weights, centered, eps),
+                 queries, sources, inv)
+
+
+@torch.library.custom_op("attnres::route_sources_fused", mutates_args=())
+def _route_op(queries: Tensor, sources: list[Tensor], inv: list[Tensor], centered: bool,
+              eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    return _route_forward(queries, sources, inv, eps)
+
+
+@_route_op.register_fake
+def _(queries: Tensor, sources: list[Tensor], inv: list[Tensor], centered: bool,
+      eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    out_dtype, compute = compute_dtype(sources)
+    shape = (queries.shape[0], *sources[0].shape[:-1])
+    return (sources[0].new_empty((*shape, queries.shape[1]), dtype=out_dtype),
+            sources[0].new_empty(shape, dtype=compute),
+            sources[0].new_empty((*shape, len(sources)), dtype=compute))
+
+
+@torch.library.custom_op("attnres::route_sources_fused_backward", mutates_args=())
+def _route_backward_op(queries: Tensor, weights: Tensor, sources: list[Tensor], inv: list[Tensor],
+                       grad_mixed: Tensor | None, grad_lse: Tensor | None, grad_weights: Tensor | None,
+                       centered: bool, eps: float) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    # Traced by AOTAutograd as an opaque op: the kernel reads addresses, which fake tensors have not.
+    return _route_backward(queries, weights, sources, inv, grad_mixed, grad_lse, grad_weights, centered, eps)
+
+
+@_route_backward_op.register_fake
+def _(queries, weights, sources, inv, grad_mixed, grad_lse, grad_weights, centered, eps):
+    return (torch.empty_like(queries), [torch.empty_like(v) for v in sources], [torch.empty_like(r) for r in inv])
+
+
+def _route_op_setup(ctx, inputs, output) -> None:
+    queries, sources, inv, ctx.centered, ctx.eps = inputs
+    ctx.num_sources = len(sources)
+    ctx.save_for_backward(queries, output[2], *sources, *inv)  # references and per-token weights only
+
+
+def _route_op_backward(ctx, grad_mixed, grad_lse, grad_weights):
+    queries, weights, *rest = ctx.saved_tensors
+    n = ctx.num_sources
+    grad_q, grad_sources, grad_inv = _route_backward_op(queries, weights, list(rest[:n]), list(rest[n:]),
+                                                        grad_mixed, grad_lse, grad_weights, ctx.centered, ctx.eps)
+    return grad_q, grad_sources, grad_inv, None, None
+
+
+_route_op.register_autograd(_route_op_backward, setup_context=_route_op_setup)
+
+
+class _RouteSources(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, queries: Tensor, num_sources: int, centered: bool, eps: float, *tensors: Tensor):
+        sources, inv = list(tensors[:num_sources]), list(tensors[num_sources:])
+        mixed, lse, weights = _route_forward(queries, sources, inv, eps)
+        ctx.num_sources, ctx.centered, ctx.eps = num_sources, centered, eps
+        ctx.save_for_backward(queries, weights, *tensors)
+        ctx.set_materialize_grads(False)
+        return mixed, lse, weights
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_mixed, grad_lse, grad_weights):
+        queries, weights, *rest = ctx.saved_tensors
+        n = ctx.num_sources
+        grad_q, grad_sources, grad_inv = _route_backward(queries, weights, rest[:n], rest[n:], grad_mixed,
+                                                         grad_lse, grad_weights, ctx.centered, ctx.eps)
+        return grad_q, None, None, None, *grad_sources, *grad_inv
+
+
+def route_sources_fused(queries: Tensor, sources: list[Tensor], inv: list[Tensor] | None, *,
+                        centered: bool = True, eps: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """lean.route_sources on CPU in one fused C++ pass: S routers over the same n sources.
+
+    queries (S, D): effective queries w * g; sources: n CPU tensors (B, T, D), fp32 / float64 /
+    bf16 / fp16, possibly mixed; inv: n tensors (B, T) from `inv_rms`, or None with `eps`: then the
+    kernel computes each source's inverse RMS, rsqrt(mean(v^2) + eps), in the pass that reads it
+    anyway, and backward adds its gradient to d sources (what `inv_rms` then `route_sources` give,
+    without inv_rms's own reads and writes of every source). Returns mixed (S, B, T, D) in the
+    sources' promoted dtype, lse (S, B, T) and weights (S, B, T, n) in fp32 (float64 for float64
+    sources). Backward keeps the weights and references to the inputs. Non-contiguous inputs are
+    read through contiguous copies. Builds the extension on first use if it is not built.
+    """
+    sources, inv = list(sources), [] if inv is None else list(inv)
+    if not inv and eps is None:
+        raise ValueError("route_sources_fused needs inv, or eps to compute it")
+    eps = 0.0 if eps is None else float(eps)
+    if torch.compiler.is_compiling():
+        _check(queries, sources, inv)
+        return _route_op(queries, sources, inv, centered, eps)
+    tensors = (queries, *sources, *inv)
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        return _route_forward(queries, sources, inv, eps)
+    return _RouteSources.apply(queries, len(sources), centered, eps, *sources, *inv)
+
+
+_probe()

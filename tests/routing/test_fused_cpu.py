@@ -1,0 +1,291 @@
+"""The fused CPU routing op: lean.route_sources's function and gradients, one C++ pass, only references saved.
+
+The extension is built on first use if scripts/setup_env.sh has not built it (about 20 s here).
+"""
+
+import pytest
+import torch
+
+from attnres.routing import inv_rms, resolve_impl, route_fast, route_reference, route_sources
+from attnres.routing.fused_cpu import extension_path, fused_available, route_sources_fused
+
+EPS = 1e-6
+
+
+def inputs(num_queries, num_sources, dtype, shape=(2, 5, 12), seed=0):
+    """(queries (S, D), sources n x shape, inv n x shape[:-1]), all leaves requiring grad.
+
+    The sources are scaled differently so the routing weights are far from uniform; inv is an
+    independent input (its gradient is checked on its own), near the sources' true inverse RMS.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    queries = torch.randn(num_queries, shape[-1], generator=generator, dtype=torch.float64).to(compute)
+    sources = [(torch.randn(shape, generator=generator, dtype=torch.float64) * (i + 1)).to(dtype)
+               for i in range(num_sources)]
+    inv = [inv_rms(v, EPS).detach() * (1 + 0.1 * torch.rand(shape[:-1], generator=generator, dtype=compute))
+           for v in sources]
+    return [t.requires_grad_() for t in (queries, *sources, *inv)]
+
+
+def split(args, num_sources):
+    return args[0], list(args[1:1 + num_sources]), list(args[1 + num_sources:])
+
+
+def upstream(outputs, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(out.shape, generator=generator, dtype=torch.float64).to(out.dtype) for out in outputs]
+
+
+def all_grads(fn, args, num_sources, grads_out=None, **kwargs):
+    """(outputs, gradients of <outputs, upstream> w.r.t. every input) of fn(queries, sources, inv)."""
+    outputs = fn(*split(args, num_sources), **kwargs)
+    grads_out = upstream(outputs) if grads_out is None else grads_out
+    keep = [(o, g) for o, g in zip(outputs, grads_out) if g is not None]
+    grads = torch.autograd.grad([o for o, _ in keep], args, [g for _, g in keep], allow_unused=True)
+    return outputs, grads
+
+
+def assert_all_close(got, expected, rtol, atol):
+    for g, e in zip(got, expected, strict=True):
+        assert (g is None) == (e is None)
+        if g is not None:
+            assert g.dtype == e.dtype and g.shape == e.shape
+            torch.testing.assert_close(g, e, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("num_queries", [1, 3])
+@pytest.mark.parametrize("num_sources", [1, 2, 5])
+def test_equals_reference_and_lean_fp32(num_queries, num_sources):
+    args = inputs(num_queries, num_sources, torch.float32)
+    queries, sources, _ = split(args, num_sources)
+    outputs, grads = all_grads(route_sources_fused, args, num_sources)
+    lean_outputs, lean_grads = all_grads(route_sources, args, num_sources)
+    assert_all_close(outputs, lean_outputs, rtol=1e-5, atol=1e-5)
+    assert_all_close(grads, lean_grads, rtol=1e-5, atol=1e-5)
+    # Against the plain method §2 code, with the sources' true inverse RMS and unit gains.
+    true_inv = [inv_rms(v, EPS) for v in sources]
+    mixed, _, weights = route_sources_fused(queries, sources, true_inv)
+    for s in range(num_queries):
+        ref_mixed, ref_weights = route_reference(queries[s], torch.ones_like(queries[s]), sources, EPS)
+        torch.testing.assert_close(mixed[s], ref_mixed, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(weights[s], ref_weights, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("num_queries, num_sources", [(1, 1), (3, 2), (1, 5), (3, 5)])
+def test_float64_equals_lean_and_gradcheck_every_output(num_queries, num_sources):
+    args = inputs(num_queries, num_sources, torch.float64, shape=(2, 3, 6))
+    outputs, grads = all_grads(route_sources_fused, args, num_sources)
+    lean_outputs, lean_grads = all_grads(route_sources, args, num_sources)
+    assert outputs[0].dtype == outputs[1].dtype == outputs[2].dtype == torch.float64
+    assert_all_close(outputs, lean_outputs, rtol=1e-10, atol=1e-10)
+    assert_all_close(grads, lean_grads, rtol=1e-10, atol=1e-10)
+    assert torch.autograd.gradcheck(lambda *a: route_sources_fused(*split(a, num_sources)), args)
+
+
+def test_gradcheck_through_inv_rms_and_gains():
+    """Composed as the routers use it: effective query w * g, inv from inv_rms of the sources."""
+    args = inputs(2, 3, torch.float64, shape=(2, 3, 6))[:4]
+    gains = (1 + 0.3 * torch.randn(2, 6, dtype=torch.float64)).requires_grad_()
+
+    def routed(q, g, *sources):
+        return route_sources_fused(q * g, list(sources), [inv_rms(v, EPS) for v in sources])
+
+    assert torch.autograd.gradcheck(routed, (args[0], gains, *args[1:]))
+
+
+@pytest.mark.parametrize("present", [(True, False, False), (False, True, False), (False, False, True),
+                                     (False, True, True)], ids=["mixed", "lse", "weights", "lse+weights"])
+def test_any_subset_of_upstream_gradients(present):
+    args = inputs(3, 4, torch.float64, shape=(2, 7, 9))
+    outputs = route_sources_fused(*split(args, 4))
+    grads_out = [g if keep else None for g, keep in zip(upstream(outputs), present)]
+    _, grads = all_grads(route_sources_fused, args, 4, grads_out)
+    _, lean_grads = all_grads(route_sources, args, 4, grads_out)
+    assert_all_close(grads, lean_grads, rtol=1e-10, atol=1e-10)
+
+
+def test_uncentered_mixture_gradient():
+    """centered=False: d logit_i = alpha_i (<g, v_i> + g_lse) + the softmax backward of g_weights."""
+    num_sources = 4
+    args = inputs(2, num_sources, torch.float64, shape=(2, 5, 7))
+    outputs, grads = all_grads(route_sources_fused, args, num_sources, centered=False)
+
+    def uncentered_reference(queries, sources, inv):
+        mixed, lse, weights = route_sources(queries, sources, inv)
+        # exp(logit - detached lse) has the value alpha and d/d logit = alpha, with no centring term.
+        logits = torch.stack([torch.einsum("sd,btd->sbt", queries, v) * r for v, r in zip(sources, inv)], dim=-1)
+        take = torch.exp(logits - lse.detach().unsqueeze(-1))
+        return sum(take[..., i, None] * v for i, v in enumerate(sources)), lse, weights
+
+    ref_outputs, ref_grads = all_grads(uncentered_reference, args, num_sources)
+    assert_all_close(outputs, ref_outputs, rtol=1e-10, atol=1e-10)
+    assert_all_close(grads, ref_grads, rtol=1e-10, atol=1e-10)
+    _, centered_grads = all_grads(route_sources_fused, args, num_sources)
+    assert not torch.allclose(grads[0], centered_grads[0])  # the flag changes d queries
+
+
+def test_bf16_sources_mixed_with_fp32():
+    """bf16 sub-layer outputs next to an fp32 embedding: read in place, fp32 statistics and output."""
+    args = inputs(2, 3, torch.float32, shape=(2, 9, 20))
+    args[2] = args[2].detach().bfloat16().requires_grad_()
+    args[3] = args[3].detach().bfloat16().requires_grad_()
+    outputs, grads = all_grads(route_sources_fused, args, 3)
+    lean_outputs, lean_grads = all_grads(route_sources, args, 3)
+    assert outputs[0].dtype == torch.float32
+    assert grads[2].dtype == grads[3].dtype == torch.bfloat16 and grads[1].dtype == torch.float32
+    assert_all_close(outputs, lean_outputs, rtol=1e-5, atol=1e-5)
+    assert_all_close(grads, lean_grads, rtol=1e-2, atol=1e-2)  # bf16 gradients: one rounding apart at most
+    assert_all_close(grads[:2] + grads[4:], lean_grads[:2] + lean_grads[4:], rtol=1e-5, atol=1e-4)
+
+
+def test_all_bf16_sources_give_a_bf16_mixture_rounded_once():
+    args = inputs(1, 3, torch.bfloat16, shape=(2, 6, 16))
+    queries, sources, inv = split(args, 3)
+    mixed, lse, weights = route_sources_fused(queries, sources, inv)
+    assert mixed.dtype == torch.bfloat16 and lse.dtype == weights.dtype == torch.float32
+    exact = sum(weights[..., i, None].double() * v.double() for i, v in enumerate(sources))
+    torch.testing.assert_close(mixed, exact.bfloat16(), rtol=0, atol=0)  # fp32 accumulation, one rounding
+
+
+def test_odd_sizes_partial_tiles_and_threads():
+    """D not a multiple of the vector width, a partial last tile of tokens, 1 and 2 threads."""
+    num_sources = 5
+    args = inputs(3, num_sources, torch.float32, shape=(3, 157, 13))  # 471 tokens: tiles of 64, the last partial
+    outputs, grads = all_grads(route_sources_fused, args, num_sources)
+    lean_outputs, lean_grads = all_grads(route_sources, args, num_sources)
+    assert_all_close(outputs, lean_outputs, rtol=1e-5, atol=1e-5)
+    assert_all_close(grads, lean_grads, rtol=1e-4, atol=1e-4)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_outputs, one_grads = all_grads(route_sources_fused, args, num_sources)
+    finally:
+        torch.set_num_threads(threads)
+    assert_all_close(one_outputs, outputs, rtol=0, atol=0)  # no reduction crosses tokens in forward
+    assert_all_close(one_grads, grads, rtol=1e-5, atol=1e-5)
+
+
+def test_non_contiguous_inputs():
+    num_sources = 3
+    args = inputs(2, num_sources, torch.float32, shape=(4, 6, 10))
+    queries, sources, inv = split(args, num_sources)
+    # The same values through strided views: transposed batch and time, queries from a wider matrix.
+    strided_q = torch.cat([queries, queries], dim=1)[:, ::2].detach().requires_grad_()
+    with torch.no_grad():
+        strided_q.copy_(queries)
+    strided_sources = [v.detach().transpose(0, 1).contiguous().transpose(0, 1).requires_grad_() for v in sources]
+    strided_inv = [r.detach().t().contiguous().t().requires_grad_() for r in inv]
+    strided = [strided_q, *strided_sources, *strided_inv]
+    assert not any(t.is_contiguous() for t in strided)
+    outputs, grads = all_grads(route_sources_fused, strided, num_sources)
+    expected_outputs, expected_grads = all_grads(route_sources_fused, args, num_sources)
+    assert_all_close(outputs, expected_outputs, rtol=0, atol=0)
+    assert_all_close(grads, expected_grads, rtol=1e-6, atol=1e-6)
+
+
+def test_saves_only_references_and_per_token_scalars():
+    """method §5: no stacked copy of the sources and no normalised keys kept for backward."""
+    args = inputs(2, 4, torch.float32, shape=(2, 16, 32))
+    queries, sources, inv = split(args, 4)
+    allowed = {t.untyped_storage().data_ptr() for t in (queries, *sources, *inv)}
+    saved = []
+
+    def pack(tensor):
+        saved.append(tensor)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        _, _, weights = route_sources_fused(queries, sources, inv)
+    assert saved
+    for tensor in saved:
+        assert tensor.untyped_storage().data_ptr() in allowed or tensor.numel() <= weights.numel(), tensor.shape
+    new_bytes = sum(t.untyped_storage().nbytes() for t in saved if t.untyped_storage().data_ptr() not in allowed)
+    assert new_bytes <= weights.untyped_storage().nbytes()
+
+
+def test_autocast_does_not_change_it():
+    args = inputs(1, 4, torch.float32)
+    expected = route_sources_fused(*split(args, 4))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = route_sources_fused(*split(args, 4))
+    assert_all_close(got, expected, rtol=0, atol=0)
+
+
+@pytest.mark.compile
+def test_torch_compile_fullgraph_forward_and_backward():
+    num_sources = 3
+    args = inputs(2, num_sources, torch.float32, shape=(2, 5, 8))
+
+    def routed(queries, sources, inv):
+        mixed, lse, weights = route_sources_fused(queries * 1.5, sources, inv)
+        return mixed.sum(0) * 2, lse, weights
+
+    # Any graph break fails. (The inductor backend works too: checked by hand, 30 s more.)
+    compiled = torch.compile(routed, fullgraph=True, backend="aot_eager")
+    outputs, grads = all_grads(compiled, args, num_sources)
+    eager_outputs, eager_grads = all_grads(routed, args, num_sources)
+    assert_all_close(outputs, eager_outputs, rtol=1e-6, atol=1e-6)
+    assert_all_close(grads, eager_grads, rtol=1e-6, atol=1e-6)
+
+
+def test_auto_picks_fused_on_cpu_once_built_and_route_fast_dispatches():
+    args = inputs(2, 3, torch.float32)
+    assert extension_path().is_file() and fused_available()  # built by the tests above
+    assert resolve_impl("auto", torch.device("cpu")) == "fused"
+    assert resolve_impl("fused", torch.device("cpu")) == "fused"
+    assert_all_close(route_fast(*split(args, 3), "fused"), route_sources_fused(*split(args, 3)), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtypes", [(torch.float64,) * 3, (torch.float32, torch.bfloat16, torch.bfloat16)],
+                         ids=["float64", "fp32+bf16"])
+def test_inv_computed_in_the_kernel_equals_inv_rms_then_routing(dtypes):
+    """inv=None, eps: the kernel computes inv_rms in its logits pass, and its gradient in backward."""
+    compute = dtypes[0]
+    args = inputs(3, len(dtypes), compute, shape=(2, 7, 11))[:1 + len(dtypes)]
+    args = [args[0]] + [v.detach().to(dt).requires_grad_() for v, dt in zip(args[1:], dtypes)]
+
+    def fused(queries, *sources):
+        return route_sources_fused(queries, list(sources), None, eps=EPS)
+
+    def composed(queries, *sources):
+        return route_sources(queries, list(sources), [inv_rms(v, EPS) for v in sources])
+
+    outputs = fused(*args)
+    grads_out = upstream(outputs)
+    grads = torch.autograd.grad(outputs, args, grads_out)
+    expected = composed(*args)
+    expected_grads = torch.autograd.grad(expected, args, grads_out)
+    tol = 1e-10 if compute == torch.float64 else 1e-5
+    assert_all_close(outputs, expected, rtol=tol, atol=tol)
+    assert_all_close(grads[:2], expected_grads[:2], rtol=tol, atol=tol)
+    assert_all_close(grads[2:], expected_grads[2:], rtol=1e-2 if compute != torch.float64 else tol,
+                     atol=1e-2 if compute != torch.float64 else tol)
+    if compute == torch.float64:
+        assert torch.autograd.gradcheck(fused, args)
+
+
+def test_inv_computed_in_the_kernel_saves_only_references():
+    args = inputs(1, 3, torch.float32, shape=(2, 16, 32))
+    queries, sources, _ = split(args, 3)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        _, _, weights = route_sources_fused(queries, sources, None, eps=EPS)
+    allowed = {t.untyped_storage().data_ptr() for t in (queries, *sources)}
+    assert all(t.untyped_storage().data_ptr() in allowed or t.numel() <= weights.numel() for t in saved)
+
+
+def test_clear_errors():
+    queries, sources, inv = split(inputs(1, 2, torch.float32), 2)
+    with pytest.raises(ValueError, match="at least one source"):
+        route_sources_fused(queries, [], [], eps=EPS)
+    with pytest.raises(ValueError, match="needs inv, or eps"):
+        route_sources_fused(queries, sources, None)
+    with pytest.raises(ValueError, match="every source must be"):
+        route_sources_fused(queries, [sources[0], sources[1][:, :3]], [inv[0], inv[1][:, :3]])
+    with pytest.raises(ValueError, match="queries must be"):
+        route_sources_fused(queries[:, :4], sources, inv)
+    with pytest.raises(TypeError, match="dtype"):
+        route_sources_fused(queries, [sources[0], sources[1].int()], inv)
+    with pytest.raises(ValueError, match="not for meta"):
+        resolve_impl("fused", torch.device("meta"))
