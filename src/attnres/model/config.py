@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number
-from attnres.residual import VARIANTS, check_residual, valid_num_blocks
+from attnres.residual import VARIANTS, check_chunk_size, check_residual, valid_num_blocks
 from attnres.routing import IMPLS
 
 # The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
@@ -87,19 +87,12 @@ class ModelConfig:
         self._check_chunk_size()
 
     def _check_chunk_size(self) -> None:
-        if self.routing_chunk_size is None:
-            return
         variant = VARIANTS[self.residual]
         per_sublayer = [name for name, v in VARIANTS.items() if v.sources == "sublayers"]
-        if variant.sources != "sublayers":
-            raise ConfigError(f"ModelConfig.routing_chunk_size applies only to residual in {per_sublayer} "
-                              f"(block variants route each block together); leave it None for "
-                              f"residual={self.residual!r} (got {self.routing_chunk_size!r})")
-        num_routers = self.num_sublayers + (variant.mode == "replace")
-        check_int(self.routing_chunk_size, "ModelConfig.routing_chunk_size", allow_none=True, error=ConfigError)
-        if self.routing_chunk_size > num_routers:
-            raise ConfigError(f"ModelConfig.routing_chunk_size must be None (automatic) or an integer from 1 to "
-                              f"the number of routers ({num_routers}), got {self.routing_chunk_size}")
+        check_chunk_size(self.routing_chunk_size, self.num_sublayers + (variant.mode == "replace"),
+                         variant.sources == "sublayers", name="ModelConfig.routing_chunk_size",
+                         applies_to=f"residual in {per_sublayer} (block variants route each block together)",
+                         error=ConfigError)
 
     @property
     def num_sublayers(self) -> int:

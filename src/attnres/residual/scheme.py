@@ -34,6 +34,21 @@ def auto_chunk_size(num_routers: int) -> int:
     return max(1, round(math.sqrt(num_routers)))
 
 
+def check_chunk_size(chunk_size: int | None, num_routers: int, per_sublayer: bool, *, name: str = "chunk_size",
+                     applies_to: str = "per-sub-layer routing (full_attnres, delta_attnres)",
+                     error: type[Exception] = ValueError) -> None:
+    """Raise `error` naming `name` unless chunk_size is None, or an integer from 1 to num_routers for a
+    per-sub-layer policy (block policies group by block and take none)."""
+    if chunk_size is None:
+        return
+    if not per_sublayer:
+        raise error(f"{name} applies only to {applies_to}; leave it None here (got {chunk_size!r})")
+    check_int(chunk_size, name, allow_none=True, error=error)
+    if chunk_size > num_routers:
+        raise error(f"{name} must be None (automatic) or an integer from 1 to the number of routers "
+                    f"({num_routers}), got {chunk_size}")
+
+
 @dataclass
 class StreamState:
     """What flows between sub-layers during one forward pass.
@@ -95,8 +110,9 @@ class ResidualScheme(nn.Module):
         num_mixers = 0 if mode == "none" else num_sublayers + (mode == "replace")
         options = {"gated": True} if gated else {}
         self.routers = nn.ModuleList(mixer(hidden_size, eps, **options) for _ in range(num_mixers))
-        self.chunk_size = self._check_chunk_size(chunk_size, num_mixers)
         per_sublayer = policy is not None and policy.block_size == 1
+        check_chunk_size(chunk_size, num_mixers, per_sublayer)
+        self.chunk_size = chunk_size or (auto_chunk_size(num_mixers) if per_sublayer else 1)
         # Mixers routed in groups: chunks of chunk_size over every mixer (per-sub-layer policies),
         # or the blocks (the final mixer, which sees every block, routes alone).
         self.group_size = self.chunk_size if per_sublayer else (policy.block_size if policy else 1)
@@ -187,20 +203,6 @@ class ResidualScheme(nn.Module):
             queries = torch.stack([mixer.effective_query() for mixer in mixers])
             state.group = route_group(first, queries, state.sources, self._completed_inv_rms(state), state.impl)
         return state.group.prefix(s - first)
-
-    def _check_chunk_size(self, chunk_size: int | None, num_mixers: int) -> int:
-        """The chunk size to use: `chunk_size` checked (per-sub-layer policies only), or the automatic one."""
-        per_sublayer = self.policy is not None and self.policy.block_size == 1
-        if chunk_size is None:
-            return auto_chunk_size(num_mixers) if per_sublayer else 1
-        if not per_sublayer:
-            raise ValueError("chunk_size applies only to per-sub-layer routing (sources of one sub-layer each: "
-                             f"full_attnres, delta_attnres); leave it None here (got {chunk_size!r})")
-        check_int(chunk_size, "chunk_size")
-        if chunk_size > num_mixers:
-            raise ValueError(f"chunk_size must be an integer from 1 to the number of routers ({num_mixers}), "
-                             f"got {chunk_size}")
-        return chunk_size
 
     def _completed_inv_rms(self, state: StreamState) -> list[torch.Tensor]:
         """inv_rms of every completed source (B, T) each, computing only the new ones."""

@@ -100,24 +100,20 @@ def _merge_backward(query: Tensor, out: Tensor, keep: Tensor, take: Tensor, sour
     """Gradients w.r.t. (mixed, lse, query, sources, inv) from the saved output and weights.
 
     With p = (keep, take_1 .. take_j) the softmax over (lse, l_1 .. l_j) and out = keep * mixed +
-    sum_i take_i v_i:  d lse = sum_i take_i (<g, out> - <g, v_i>) + keep * g_total,
-    d l_i = take_i (<g, v_i> - <g, out>) + take_i * g_total, d mixed = keep * g; the recorded
+    sum_i take_i v_i:  d l_i = take_i (<g, v_i> - <g, out>) + take_i * g_total,
+    d lse = sum_i take_i (<g, out> - <g, v_i>) + keep * g_total, d mixed = keep * g; the recorded
     weights p add their softmax backward p * (g_p - <p, g_p>) to the logits (lse included).
     """
     compute, width = keep.dtype, out.shape[-1]
     with autocast_off(out.device):
         q = query.to(compute)
         g = None if grad_out is None else grad_out.to(compute)
-        d_lse = torch.zeros_like(keep)
         d_logits = torch.zeros_like(take)
-        dots = []
         if g is not None:
             g_out = torch.linalg.vecdot(g, out.to(compute))
             for i, v in enumerate(sources):
-                g_v = torch.linalg.vecdot(g, v.to(compute))
-                dots.append(g_v)
-                d_logits[..., i] = take[..., i] * (g_v - g_out)
-                d_lse += take[..., i] * (g_out - g_v)
+                d_logits[..., i] = take[..., i] * (torch.linalg.vecdot(g, v.to(compute)) - g_out)
+        d_lse = -d_logits.sum(-1)  # a softmax's logit gradients sum to zero: lse takes the rest
         if grad_total is not None:
             d_lse += keep * grad_total
             d_logits += take * grad_total.unsqueeze(-1)
@@ -130,6 +126,7 @@ def _merge_backward(query: Tensor, out: Tensor, keep: Tensor, take: Tensor, sour
             d_logits += d_p[..., 1:]
         grad_q = torch.zeros_like(q)
         grad_sources, grad_inv = [], []
+        g_rows = None if g is None else g.reshape(-1, width)
         for i, (v, r) in enumerate(zip(sources, inv)):
             v32 = v.reshape(-1, width).to(compute)
             d_raw = (d_logits[..., i] * r.to(compute)).reshape(-1)  # d loss / d <q, v_i>, per token
@@ -137,7 +134,7 @@ def _merge_backward(query: Tensor, out: Tensor, keep: Tensor, take: Tensor, sour
             grad_inv.append((d_logits[..., i] * (v32 @ q).reshape(keep.shape)).to(r.dtype))
             grad_v = d_raw.unsqueeze(-1) * q
             if g is not None:
-                grad_v = grad_v + take[..., i].reshape(-1, 1) * g.reshape(-1, width)
+                grad_v = grad_v + take[..., i].reshape(-1, 1) * g_rows
             grad_sources.append(grad_v.reshape(v.shape).to(v.dtype))
         grad_mixed = None if g is None else (keep.unsqueeze(-1) * g).to(mixed_dtype)
     return grad_mixed, d_lse, grad_q.to(query.dtype), grad_sources, grad_inv
