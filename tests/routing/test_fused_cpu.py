@@ -1,13 +1,20 @@
-"""The fused CPU routing op: lean.route_sources's function and gradients, one C++ pass, only references saved.
+"""The fused CPU routing ops: lean.route_sources's function and gradients, and two-phase routing's
+merge (two_phase._merge_forward / _merge_backward), each one C++ pass, only references saved.
 
 The extension is built on first use if scripts/setup_env.sh has not built it (about 20 s here).
 """
+
+import itertools
 
 import pytest
 import torch
 
 from attnres.routing import inv_rms, resolve_impl, route_fast, route_reference, route_sources
-from attnres.routing.fused_cpu import extension_path, fused_available, route_sources_fused
+from attnres.routing.fused_cpu import _merge_backward as _fused_merge_backward
+from attnres.routing.fused_cpu import extension_path, fused_available, merge_sources_fused, route_sources_fused
+from attnres.routing.lean import _inv_rms_backward
+from attnres.routing.two_phase import _merge_backward, _merge_forward
+from attnres.routing.two_phase import _MergeSources as _PythonMerge
 
 EPS = 1e-6
 
@@ -289,3 +296,176 @@ def test_clear_errors():
         route_sources_fused(queries, [sources[0], sources[1].int()], inv)
     with pytest.raises(ValueError, match="not for meta"):
         resolve_impl("fused", torch.device("meta"))
+
+
+# ---------------------------------------------------------------- phase 2: the fused merge
+
+def merge_inputs(dtypes, shape=(2, 5, 12), mixed_dtype=None, seed=0):
+    """(mixed, lse, query, sources (one per dtype), inv), all leaves requiring grad: a phase-1 result
+    of mixed_dtype (default: the first source's) with fp32 lse (float64 for float64), and later sources."""
+    generator = torch.Generator().manual_seed(seed)
+    compute = torch.float64 if torch.float64 in dtypes else torch.float32
+    mixed_dtype = mixed_dtype or dtypes[0]
+    mixed = torch.randn(shape, generator=generator, dtype=torch.float64).to(mixed_dtype)
+    lse = (2 * torch.randn(shape[:-1], generator=generator, dtype=torch.float64)).to(compute)
+    query = torch.randn(shape[-1], generator=generator, dtype=torch.float64).to(compute)
+    sources = [(torch.randn(shape, generator=generator, dtype=torch.float64) * (i + 1)).to(dt)
+               for i, dt in enumerate(dtypes)]
+    inv = [inv_rms(v, EPS).detach() * (1 + 0.1 * torch.rand(shape[:-1], generator=generator, dtype=compute))
+           for v in sources]
+    return [t.requires_grad_() for t in (mixed, lse, query, *sources, *inv)]
+
+
+def python_merge(mixed, lse, query, *tensors, computed_inv=False):
+    """two_phase's PyTorch-ops merge (`_merge_forward`, `_merge_backward`); computed_inv: tensors are
+    the sources only, their inv_rms computed first (gradients through it)."""
+    sources = list(tensors) if computed_inv else list(tensors[:len(tensors) // 2])
+    inv = [inv_rms(v, EPS) for v in sources] if computed_inv else list(tensors[len(sources):])
+    return _PythonMerge.apply(mixed, lse, query, len(sources), *sources, *inv)
+
+
+def fused_merge(mixed, lse, query, *tensors, computed_inv=False):
+    if computed_inv:
+        return merge_sources_fused(mixed, lse, query, list(tensors), None, eps=EPS)
+    n = len(tensors) // 2
+    return merge_sources_fused(mixed, lse, query, list(tensors[:n]), list(tensors[n:]))
+
+
+def merge_grads(fn, args, grads_out=None, **kwargs):
+    """(outputs, gradients of <outputs, upstream> w.r.t. every input) of fn(*args)."""
+    outputs = fn(*args, **kwargs)
+    grads_out = upstream(outputs, seed=3) if grads_out is None else grads_out
+    keep = [(o, g) for o, g in zip(outputs, grads_out) if g is not None]
+    return outputs, torch.autograd.grad([o for o, _ in keep], args, [g for _, g in keep], allow_unused=True)
+
+
+@pytest.mark.parametrize("computed_inv", [False, True], ids=["inv", "inv-in-kernel"])
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 5e-5)], ids=["float64", "fp32"])
+@pytest.mark.parametrize("num_sources", [1, 2, 3])
+def test_merge_equals_the_python_merge(num_sources, dtype, tol, computed_inv):
+    args = merge_inputs((dtype,) * num_sources)
+    if computed_inv:
+        args = args[:3 + num_sources]
+    outputs, grads = merge_grads(fused_merge, args, computed_inv=computed_inv)
+    expected, expected_grads = merge_grads(python_merge, args, computed_inv=computed_inv)
+    assert outputs[0].dtype == dtype and outputs[1].dtype == outputs[2].dtype == outputs[3].dtype == args[1].dtype
+    assert_all_close(outputs, expected, rtol=tol, atol=tol)
+    assert_all_close(grads, expected_grads, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("computed_inv", [False, True], ids=["inv", "inv-in-kernel"])
+@pytest.mark.parametrize("present", list(itertools.product([False, True], repeat=4)),
+                         ids=lambda p: "+".join(n for n, k in zip(("out", "total", "keep", "take"), p) if k) or "none")
+def test_merge_backward_any_subset_of_upstream_gradients(present, computed_inv):
+    """The backward functions themselves, every subset of upstream gradients None (all None included)."""
+    num_sources = 3
+    mixed, lse, query, *rest = [t.detach() for t in merge_inputs((torch.float64,) * num_sources, shape=(2, 7, 9))]
+    sources, inv = rest[:num_sources], rest[num_sources:]
+    true_inv = [inv_rms(v, EPS) for v in sources]
+    out, total, keep, take = _merge_forward(mixed, lse, query, sources, true_inv if computed_inv else inv)
+    grads_out = [g if k else None for g, k in zip(upstream((out, total, keep, take), seed=4), present)]
+    got = _fused_merge_backward(query, out, keep, take, sources, [] if computed_inv else inv, mixed.dtype,
+                                *grads_out, eps=EPS)
+    expected = list(_merge_backward(query, out, keep, take, sources, true_inv if computed_inv else inv, mixed.dtype,
+                                    *grads_out))
+    if computed_inv:  # the reference chains d inv through inv_rms into d sources
+        expected[3] = [g + _inv_rms_backward(v, r, d)
+                       for g, v, r, d in zip(expected[3], sources, true_inv, expected[4])]
+        expected[4] = []
+    assert len(got) == len(expected) == 5
+    assert_all_close(got[:3], expected[:3], rtol=1e-10, atol=1e-10)
+    assert_all_close(got[3] + got[4], expected[3] + expected[4], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtypes, mixed_dtype", [((torch.bfloat16,), torch.float32),
+                                                 ((torch.float32, torch.bfloat16, torch.bfloat16), torch.float32),
+                                                 ((torch.bfloat16, torch.bfloat16), torch.bfloat16),
+                                                 ((torch.float16, torch.float32), torch.bfloat16)],
+                         ids=["bf16-into-fp32", "fp32+bf16-into-fp32", "all-bf16", "fp16+fp32-into-bf16"])
+@pytest.mark.parametrize("computed_inv", [False, True], ids=["inv", "inv-in-kernel"])
+def test_merge_bf16_and_mixed_dtypes(dtypes, mixed_dtype, computed_inv):
+    args = merge_inputs(dtypes, shape=(2, 9, 20), mixed_dtype=mixed_dtype)
+    if computed_inv:
+        args = args[:3 + len(dtypes)]
+    outputs, grads = merge_grads(fused_merge, args, computed_inv=computed_inv)
+    expected, expected_grads = merge_grads(python_merge, args, computed_inv=computed_inv)
+    out_dtype = mixed_dtype
+    for dt in dtypes:
+        out_dtype = torch.promote_types(out_dtype, dt)
+    assert outputs[0].dtype == out_dtype and outputs[3].dtype == torch.float32
+    assert [g.dtype for g in grads] == [a.dtype for a in args]
+    low = out_dtype != torch.float32  # a bf16 output is one rounding of the same fp32 value
+    assert_all_close(outputs[:1], expected[:1], rtol=1e-2 if low else 1e-5, atol=1e-2 if low else 1e-5)
+    assert_all_close(outputs[1:], expected[1:], rtol=1e-5, atol=1e-5)
+    assert_all_close(grads, expected_grads, rtol=1e-2, atol=1e-2)  # bf16 gradients: one rounding apart at most
+    exact = [(a, b) for a, b, t in zip(grads, expected_grads, args) if t.dtype == torch.float32]
+    assert_all_close([a for a, _ in exact], [b for _, b in exact], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("computed_inv", [False, True], ids=["inv", "inv-in-kernel"])
+@pytest.mark.parametrize("num_sources", [1, 3])
+def test_merge_gradcheck_float64(num_sources, computed_inv):
+    args = merge_inputs((torch.float64,) * num_sources, shape=(2, 3, 6))
+    if computed_inv:
+        args = args[:3 + num_sources]
+    assert torch.autograd.gradcheck(lambda *a: fused_merge(*a, computed_inv=computed_inv), args)
+
+
+def test_merge_odd_sizes_partial_tiles_and_threads():
+    """D not a multiple of the vector width, a partial last tile, 1 and 2 threads."""
+    args = merge_inputs((torch.float32,) * 3, shape=(3, 157, 13))
+    outputs, grads = merge_grads(fused_merge, args)
+    expected, expected_grads = merge_grads(python_merge, args)
+    assert_all_close(outputs, expected, rtol=5e-5, atol=5e-5)
+    assert_all_close(grads, expected_grads, rtol=5e-5, atol=5e-5)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_outputs, one_grads = merge_grads(fused_merge, args)
+    finally:
+        torch.set_num_threads(threads)
+    assert_all_close(one_outputs, outputs, rtol=0, atol=0)  # no reduction crosses tokens in forward
+    assert_all_close(one_grads, grads, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("computed_inv", [False, True], ids=["inv", "inv-in-kernel"])
+def test_merge_saves_its_output_and_references_never_the_mixture(computed_inv):
+    mixed, lse, query, *rest = merge_inputs((torch.float32,) * 2, shape=(2, 16, 32))
+    sources, inv = rest[:2], [] if computed_inv else rest[2:]
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out, _, _, take = merge_sources_fused(mixed, lse, query, sources, inv or None, eps=EPS)
+    allowed = {t.untyped_storage().data_ptr() for t in (query, out, *sources, *inv)}
+    assert saved and mixed.untyped_storage().data_ptr() not in {t.untyped_storage().data_ptr() for t in saved}
+    assert all(t.untyped_storage().data_ptr() in allowed or t.numel() <= take.numel() for t in saved)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("computed_inv", [False, True], ids=["inv", "inv-in-kernel"])
+def test_merge_under_torch_compile_fullgraph_equals_eager(computed_inv):
+    args = merge_inputs((torch.float32, torch.bfloat16), shape=(2, 5, 8))
+    if computed_inv:
+        args = args[:5]
+
+    def merged(mixed, lse, query, *tensors):
+        out, total, keep, take = fused_merge(mixed * 1.5, lse, query, *tensors, computed_inv=computed_inv)
+        return out * 2, total, keep, take
+
+    compiled = torch.compile(merged, fullgraph=True, backend="aot_eager")  # any graph break fails
+    outputs, grads = merge_grads(compiled, args)
+    eager_outputs, eager_grads = merge_grads(merged, args)
+    assert_all_close(outputs, eager_outputs, rtol=1e-6, atol=1e-6)
+    assert_all_close(grads, eager_grads, rtol=1e-6, atol=1e-6)
+
+
+def test_merge_clear_errors():
+    mixed, lse, query, *rest = merge_inputs((torch.float32,) * 2)
+    sources, inv = rest[:2], rest[2:]
+    with pytest.raises(ValueError, match="needs inv, or eps"):
+        merge_sources_fused(mixed, lse, query, sources, None)
+    with pytest.raises(ValueError, match="mixed must be|needs mixed"):
+        merge_sources_fused(mixed[:, :3], lse, query, sources, inv)
+    with pytest.raises(ValueError, match=r"query.*\(D,\)"):
+        merge_sources_fused(mixed, lse, query[None], sources, inv)
+    with pytest.raises(ValueError, match="one inv per source"):
+        merge_sources_fused(mixed, lse, query, sources, inv[:1])

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from attnres.routing import RoutedPrefix, inv_rms, merge_remaining, merge_sources, route_group, route_reference
+from attnres.routing import two_phase as two_phase_module
 from tests.routing.test_lean import EPS, inputs
 
 
@@ -117,3 +118,26 @@ def test_merging_nothing_is_refused():
     prefix = route_group(0, query * gain, sources, [inv_rms(sources[0], EPS)], "lean").prefix(0)
     with pytest.raises(ValueError, match="at least one later source"):
         merge_sources(prefix, [], [])
+
+
+@pytest.mark.parametrize("cached", ["all", "prefix only"])
+@pytest.mark.parametrize("first, later", [(1, 1), (2, 3)])
+def test_fused_merge_equals_the_python_merge(first, later, cached, monkeypatch):
+    """impl "fused": the C++ merge; with inv cached for the prefix's sources only (the scheme's
+    partial), the kernel computes the later ones itself. Same routing and gradients as the PyTorch ops."""
+    calls = []
+    fused = two_phase_module.merge_sources_fused
+    monkeypatch.setattr(two_phase_module, "merge_sources_fused", lambda *a, **k: calls.append(a[4]) or fused(*a, **k))
+    query, gain, *sources = inputs(1, first + later, torch.float64)
+    cotangent = torch.randn(sources[0].shape, dtype=torch.float64, generator=torch.Generator().manual_seed(5))
+    weight_cotangent = torch.randn((*sources[0].shape[:-1], first + later), dtype=torch.float64)
+    results = []
+    for impl in ("lean", "fused"):
+        inv = [inv_rms(v, EPS) for v in sources]
+        prefix = route_group(0, (query * gain), sources[:first], inv[:first], "lean").prefix(0)
+        merged = merge_remaining(prefix, sources, EPS, inv if cached == "all" else inv[:first], impl=impl)
+        loss = (merged.mixed * cotangent).sum() + (merged.weights * weight_cotangent).sum()
+        results.append((merged.mixed, merged.lse, merged.weights, *torch.autograd.grad(loss, [query, gain, *sources])))
+    for got, expected in zip(*reversed(results), strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
+    assert len(calls) == 1 and (calls[0] is None) == (cached != "all")  # "lean" stayed on the PyTorch ops

@@ -12,6 +12,10 @@ token (argmax, or sampling with temperature / top-k / top-p), all on tensors of 
 - the sequence, the column, the rotary positions and the finished flags are tensors the step
   updates in place; nothing in the step reads a value back to the host.
 
+Routing in the step is the model's own (chunked two-phase routing, the fused C++ kernel on CPU).
+Without gradients its ops trace as plain PyTorch (inv_rms, the lean ops) or as direct calls of the
+C++ kernels, so a step calls no Python per router (docs/generation.md).
+
 So the step is captured once by `torch.compile(fullgraph=True, dynamic=False)` (any graph break
 fails) and replayed for every token. The compile mode is chosen per device (`DEFAULT_MODES`):
 inductor's default on CPU, "reduce-overhead" (CUDA graphs) on CUDA. Greedy output equals the eager
@@ -40,12 +44,6 @@ from attnres.model.decoder import AttnResLM
 DEFAULT_MODES = {"cpu": "default", "cuda": "reduce-overhead"}
 CPU_OPTIONS = {"cpp_wrapper": True}
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-# Routing inside the compiled step: method §2 in plain PyTorch ops, which inductor fuses into the
-# graph's own kernels. The fast paths' custom ops are opaque to the compiler, each an extern call
-# through the dispatcher (about 0.25 ms from Python): 2L + 1 routers per token made Full AttnRes's
-# compiled step slower than standard's by more than their routing. One token, no gradient: the
-# lean ops' memory savings do not apply. The same function (tests: tokens equal the eager model's).
-COMPILED_ROUTING = "reference"
 CAPACITY_STEP = 64  # cache capacities are rounded up to a multiple of this, so nearby lengths share a graph
 
 
@@ -148,16 +146,13 @@ def _select(logits: torch.Tensor, written: torch.Tensor, finished: torch.Tensor,
 
 def decode_step(model: AttnResLM, cache: StaticKVCache, sequence: torch.Tensor, key_valid: torch.Tensor,
                 column: torch.Tensor, rope_position: torch.Tensor, finished: torch.Tensor, eos: torch.Tensor | None,
-                pad: torch.Tensor, eos_from: torch.Tensor, sampling: Sampling, precision: str,
-                routing_impl: str | None = None) -> None:
+                pad: torch.Tensor, eos_from: torch.Tensor, sampling: Sampling, precision: str) -> None:
     """One token for every row, entirely in place: the function `FastGenerator` compiles.
 
     sequence (B, capacity) long: the token at `column` (1,) is the input; the chosen one is written
     at column + 1. key_valid (B, capacity) bool: the cache positions a query may attend to (column
     is set). rope_position (B,) long: the input token's rotary position (real tokens before it).
     finished, eos, pad, eos_from: see `_select`; sampling: `Sampling`; precision: "fp32" or "bf16".
-    routing_impl: the routing implementation for this pass (None: the model's own, resolved as in
-    its forward).
     Afterwards column and rope_position have advanced by one.
     """
     token = sequence.index_select(1, column)  # (B, 1)
@@ -167,8 +162,6 @@ def decode_step(model: AttnResLM, cache: StaticKVCache, sequence: torch.Tensor, 
         embedding = model.embed_tokens(token)
         rope = model.rotary(rope_position[:, None, None], embedding.dtype)  # (B, 1, 1, hd) each
         state = model.residual.start(embedding)
-        if routing_impl is not None:
-            state.impl = routing_impl
         model.run_sublayers(state, 0, model.config.num_sublayers, rope, cache.at(column), mask)
         logits = model.output_logits(state)[:, -1]
     written = column + 1
@@ -269,8 +262,7 @@ class FastGenerator:
         compiles = self.compile and compile_key not in self._compiled_keys
         self._compiled_keys.add(compile_key)
         arguments = (model, state.cache, state.sequence, state.key_valid, state.column, state.rope_position,
-                     state.finished, eos, pad, state.eos_from, sampling, precision,
-                     COMPILED_ROUTING if self.compile else None)
+                     state.finished, eos, pad, state.eos_from, sampling, precision)
         return Decoding(self.step_function(device), arguments, state, prompt, max_new_tokens, eos, prefill_s,
                         compiles, device, self.resolved_mode(device) if self.compile else None)
 

@@ -57,7 +57,7 @@ class StreamState:
     sources: snapshots of completed sources, [e, block 1, block 2, ...], each (B, T, D).
     partial: sum of the current block's outputs so far; None at a block start.
     routing: the weights of each mixer called so far, when recording.
-    impl:    the routing implementation for this pass ("reference", "lean" or "triton").
+    impl:    the routing implementation for this pass ("reference", "lean", "triton" or "fused").
     inv_rms: fast paths: inv_rms of sources[i] (B, T), each computed once when first needed.
     group:   two-phase paths: phase 1 of the current group's mixers (a block, or a chunk of
              per-sub-layer routers) over the sources completed before it, computed once, at the
@@ -183,9 +183,12 @@ class ResidualScheme(nn.Module):
             mixed, weights = mixer(sources, need_weights=record, impl="reference")
         else:
             inv = self._completed_inv_rms(state)
-            inv = inv + [inv_rms(v, self.eps) for v in sources[len(inv):]]  # the partial, if any
-            if self.group_size > 1 and index < self.num_grouped:
-                mixed, weights = mixer(sources, need_weights=record, inv=inv, prefix=self._group_prefix(index, state))
+            grouped = self.group_size > 1 and index < self.num_grouped
+            if not (grouped and state.impl == "fused"):  # the fused merge computes the partial's in its pass
+                inv = inv + [inv_rms(v, self.eps) for v in sources[len(inv):]]  # the partial, if any
+            if grouped:
+                mixed, weights = mixer(sources, need_weights=record, impl=state.impl, inv=inv,
+                                       prefix=self._group_prefix(index, state))
             else:
                 mixed, weights = mixer(sources, need_weights=record, impl=state.impl, inv=inv)
         if record:

@@ -9,8 +9,9 @@ makes Full and Delta AttnRes O(L^2 B T D) in activation memory. Here
   - `route_sources` takes the sources as a list (never stacked) and saves only references to its
     inputs and per-token scalars (the softmax weights); normalised keys are recomputed in backward.
 
-Under `torch.compile` both are `torch.library.custom_op`s with fake implementations, so models
-trace through them without graph breaks. In eager mode the same forward and backward functions run
+Under `torch.compile`, when a gradient is needed, both are `torch.library.custom_op`s with fake
+implementations, so models trace through them without graph breaks; without one (a compiled decode
+step) their plain forward is traced, and inductor fuses it into the graph's kernels. In eager mode the same forward and backward functions run
 through a `torch.autograd.Function` (and directly when no gradient is needed): the custom-op
 dispatcher costs about 0.25 ms a call in Python, which would dominate decoding one token at a time.
 Both work under activation checkpointing. Statistics are fp32 (float64 for float64 inputs, for
@@ -85,10 +86,11 @@ def inv_rms(source: Tensor, eps: float) -> Tensor:
 
     Saves only a reference to `source` and the (B, T) result for backward.
     """
+    if not (torch.is_grad_enabled() and source.requires_grad):
+        # Plain ops, also when compiling (a decode step): inductor fuses them, an opaque op costs a call.
+        return _inv_rms_forward(source, eps)
     if torch.compiler.is_compiling():
         return _inv_rms_op(source, eps)
-    if not (torch.is_grad_enabled() and source.requires_grad):
-        return _inv_rms_forward(source, eps)
     return _InvRms.apply(source, eps)
 
 
@@ -202,9 +204,9 @@ def route_sources(queries: Tensor, sources: list[Tensor], inv: list[Tensor]) -> 
     references to the inputs, nothing else.
     """
     sources, inv = list(sources), list(inv)
-    if torch.compiler.is_compiling():
-        return _route_op(queries, sources, inv)
     tensors = (queries, *sources, *inv)
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        return _route_forward(queries, sources, inv)
+        return _route_forward(queries, sources, inv)  # plain ops, also when compiling: inductor fuses them
+    if torch.compiler.is_compiling():
+        return _route_op(queries, sources, inv)
     return _RouteSources.apply(queries, len(sources), *sources, *inv)

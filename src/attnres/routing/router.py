@@ -51,18 +51,19 @@ class Router(DepthMixer):
                 prefix: RoutedPrefix | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """sources: n tensors (B, T, D) -> (gate * sum_i alpha_i V_i (B, T, D), alpha (B, T, n) fp32).
 
-        impl: "reference", "lean", "triton" or "auto" (see `resolve_impl`); inv: each source's
-        `inv_rms` (B, T) when the caller has them cached (fast paths only), else computed here.
+        impl: "reference", "lean", "triton", "fused" or "auto" (see `resolve_impl`); inv: each
+        source's `inv_rms` (B, T) when the caller has them cached (fast paths only), else computed
+        here (a prefix's merge takes inv for all sources or computes the later ones).
         prefix: phase-1 routing of this router over sources[:prefix.num_sources], computed with
         its group (two-phase routing); only the remaining sources are read, merged by online softmax
-        in one op (`merge_sources`). Weights are None when a prefix is merged and need_weights is
-        False (they would cost a copy).
+        in one op (`merge_sources`, the C++ kernel when impl is "fused"). Weights are None when a
+        prefix is merged and need_weights is False (they would cost a copy).
         """
-        if prefix is not None:
-            prefix = merge_remaining(prefix, list(sources), self.key_norm.eps, inv, need_weights)
-            return self.apply_gate(prefix.mixed), prefix.weights if need_weights else None
         if impl not in ("reference", "lean"):  # the scheme passes these already resolved
             impl = resolve_impl(impl, sources[0].device)
+        if prefix is not None:
+            prefix = merge_remaining(prefix, list(sources), self.key_norm.eps, inv, need_weights, impl)
+            return self.apply_gate(prefix.mixed), prefix.weights if need_weights else None
         if impl == "reference":
             mixed, weights = route_reference(self.query, self.key_norm.weight, sources, self.key_norm.eps)
         else:

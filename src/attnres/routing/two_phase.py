@@ -16,6 +16,16 @@ never the phase-1 mixture. The gradient of the phase-1 log-sum-exp needs <grad, 
 follows from the output: d out / d lse_1 = sum_i take_i (out - v_i) (see `_merge_backward`). In
 "replace" routing the output is the next sub-layer's input, which its norm saves anyway, so a chunk
 costs no activation memory beyond what the lean path keeps; in "add" routing it is one (B, T, D) per router.
+
+Phase 2 has two implementations of the same function: `_merge_forward` / `_merge_backward` here
+(PyTorch ops, any device), and with impl "fused" on CPU the C++ kernel `fused_cpu.merge_sources_fused`.
+Why the kernel: the PyTorch version is a dozen small ops, each reading or writing a (B, T, D)
+tensor (the dot products, each `addcmul_`, the fp32 copies of bf16 sources, then backward's dot
+products and d sources), so a merge went through memory several times per source; at small widths
+the op count itself dominated chunked routing (docs/fast-routing.md). The kernel reads the mixture and each
+source row once per token (and writes out once), keeping the row in L1 between its dot products and
+the weighted sum; with no inv given it computes the sources' inverse RMS in that same pass, so the
+scheme skips the partial block sum's `inv_rms` (completed sources keep their cached one).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import torch
 from torch import Tensor
 
 from attnres.common.precision import autocast_off
+from attnres.routing.fused_cpu import merge_sources_fused
 from attnres.routing.lean import compute_dtype, inv_rms
 from attnres.routing.route import route_fast
 
@@ -191,42 +202,58 @@ class _MergeSources(torch.autograd.Function):
         return grad_mixed, grad_lse, grad_q, None, *grad_sources, *grad_inv
 
 
-def merge_sources(prefix: RoutedPrefix, sources: list[Tensor], inv: list[Tensor],
-                  need_weights: bool = True) -> RoutedPrefix:
+def merge_sources(prefix: RoutedPrefix, sources: list[Tensor], inv: list[Tensor] | None,
+                  need_weights: bool = True, impl: str = "lean", eps: float | None = None) -> RoutedPrefix:
     """Phase 2: softmax routing over prefix's sources plus `sources` (j tensors (B, T, D), j >= 1,
-    with their inverse RMS `inv`, j tensors (B, T)), from the prefix alone.
+    with their inverse RMS `inv`, j tensors (B, T), or None with `eps`), from the prefix alone.
 
-    The new logits are inv_i * <query, v_i> in fp32, as the reference computes keys. Returns the
-    routing over num_sources + j sources: mixed (B, T, D) in the promoted dtype of the prefix's
-    mixture and the sources; weights (B, T, n + j) fp32 when need_weights and the prefix kept its
-    weights, else None. Backward keeps the output, per-token scalars and references (module docstring).
+    The new logits are inv_i * <query, v_i> in fp32, as the reference computes keys. impl "fused"
+    (CPU tensors): the C++ kernel, which computes a missing inv in its pass over the rows; any other
+    implementation name: PyTorch ops (inv_rms first when inv is None). Returns the routing over
+    num_sources + j sources: mixed (B, T, D) in the promoted dtype of the prefix's mixture and the
+    sources; weights (B, T, n + j) fp32 when need_weights and the prefix kept its weights, else
+    None. Backward keeps the output, per-token scalars and references (module docstring).
     """
     if not sources:
         raise ValueError("merge_sources needs at least one later source; with none the prefix is the routing")
-    sources, inv = list(sources), list(inv)
+    if inv is None and eps is None:
+        raise ValueError("merge_sources needs inv, or eps to compute it")
+    sources = list(sources)
+    if impl == "fused":
+        out, total, keep, take = merge_sources_fused(prefix.mixed, prefix.lse, prefix.query, sources, inv, eps=eps)
+        return _merged(prefix, out, total, keep, take, need_weights)
+    inv = [inv_rms(v, eps) for v in sources] if inv is None else list(inv)
     tensors = (prefix.mixed, prefix.lse, prefix.query, *sources, *inv)
-    if torch.compiler.is_compiling():
+    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
+        # Plain ops, also when compiling (a decode step): inductor fuses them, an opaque op costs a call.
+        out, total, keep, take = _merge_forward(prefix.mixed, prefix.lse, prefix.query, sources, inv)
+    elif torch.compiler.is_compiling():
         out, total, keep, take = _merge_op(prefix.mixed, prefix.lse, prefix.query, sources, inv)
-    elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    else:
         out, total, keep, take = _MergeSources.apply(prefix.mixed, prefix.lse, prefix.query, len(sources),
                                                      *sources, *inv)
-    else:
-        out, total, keep, take = _merge_forward(prefix.mixed, prefix.lse, prefix.query, sources, inv)
+    return _merged(prefix, out, total, keep, take, need_weights)
+
+
+def _merged(prefix: RoutedPrefix, out: Tensor, total: Tensor, keep: Tensor, take: Tensor,
+            need_weights: bool) -> RoutedPrefix:
+    """The routing a merge's (out, total, keep, take) give; take (B, T, j) extends the recorded weights."""
     weights = None
     if need_weights and prefix.weights is not None:
         weights = torch.cat([prefix.weights * keep.unsqueeze(-1), take], dim=-1)
-    return RoutedPrefix(prefix.query, out, total, weights, prefix.num_sources + len(sources))
+    return RoutedPrefix(prefix.query, out, total, weights, prefix.num_sources + take.shape[-1])
 
 
 def merge_remaining(prefix: RoutedPrefix, sources: list[Tensor], eps: float, inv: list[Tensor] | None = None,
-                    need_weights: bool = True) -> RoutedPrefix:
+                    need_weights: bool = True, impl: str = "lean") -> RoutedPrefix:
     """Routing over all of `sources` (n + j tensors (B, T, D)) from the phase-1 prefix over the first n:
-    the prefix itself when j = 0, else `merge_sources` over the last j (their inv_rms taken from
-    `inv` (n + j tensors (B, T)) when given, else computed)."""
+    the prefix itself when j = 0, else `merge_sources` over the last j with implementation `impl`.
+    Their inv_rms come from `inv` (B, T each) when it covers all n + j sources; otherwise (e.g. the
+    scheme's cache of completed sources only) they are computed, by the kernel itself for "fused"."""
     later = list(sources[prefix.num_sources:])
     if not later:
         # The prefix's mixture is a view of its whole group's phase-1 result; whatever saves it for
         # backward (the next sub-layer's norm) would keep all S of them alive, so it gets its own copy.
         return replace(prefix, mixed=prefix.mixed.clone()) if torch.is_grad_enabled() else prefix
-    later_inv = list(inv[prefix.num_sources:]) if inv is not None else [inv_rms(v, eps) for v in later]
-    return merge_sources(prefix, later, later_inv, need_weights)
+    later_inv = list(inv[prefix.num_sources:]) if inv is not None and len(inv) == len(sources) else None
+    return merge_sources(prefix, later, later_inv, need_weights, impl, eps)

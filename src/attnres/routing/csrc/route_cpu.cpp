@@ -13,6 +13,9 @@
 // memory once per source. With no inv given, each row's inverse RMS is computed in the same pass. bf16/fp16 sources are
 // converted a tile at a time into a per-thread buffer, never into full-size fp32 copies.
 //
+// Phase 2 of two-phase routing (merging one router's result with later sources, `merge_forward` /
+// `merge_backward`, at the end) reuses the same tiles, conversions and vector helpers.
+//
 // Inner loops use 32-byte GCC vector types (see Simd); the conversions are plain `omp simd` loops.
 // The extension is built with -march=native, for the build machine's instruction set.
 
@@ -312,7 +315,10 @@ bool readable(ScalarType t) {
   return t == ScalarType::Float || t == ScalarType::Double || t == ScalarType::BFloat16 || t == ScalarType::Half;
 }
 
-Inputs prepare(const Tensor& queries, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv, double eps) {
+// mixed_type: merge's phase-1 mixture, promoted into the output dtype with the sources; stats_type:
+// its lse, promoted into the compute dtype.
+Inputs prepare(const Tensor& queries, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv, double eps,
+               std::optional<ScalarType> mixed_type = std::nullopt, ScalarType stats_type = ScalarType::Float) {
   TORCH_CHECK_VALUE(!sources.empty(), "attnres fused routing: needs at least one source, got none");
   TORCH_CHECK_VALUE(inv.empty() || sources.size() == inv.size(), "attnres fused routing: needs one inv per source, got ",
                     inv.size(), " for ", sources.size(), " sources");
@@ -339,7 +345,8 @@ Inputs prepare(const Tensor& queries, const std::vector<Tensor>& sources, const 
                       "attnres fused routing: runs on CPU tensors, source ", i, " is on ", v.device());
     in.out_type = c10::promoteTypes(in.out_type, v.scalar_type());
   }
-  in.compute = c10::promoteTypes(in.out_type, ScalarType::Float);
+  if (mixed_type) in.out_type = c10::promoteTypes(in.out_type, *mixed_type);
+  in.compute = c10::promoteTypes(c10::promoteTypes(in.out_type, ScalarType::Float), stats_type);
   in.queries = queries.to(in.compute).contiguous();
   for (size_t i = 0; i < sources.size(); ++i) {
     in.sources.push_back(sources[i].contiguous());
@@ -390,27 +397,51 @@ int64_t tile_tokens(const Inputs& in, int64_t compute_elem) {
   return std::clamp<int64_t>(kTileBytes / std::max<int64_t>(row_bytes, 1), 1, kMaxTileTokens);
 }
 
-// The tile's rows of every source as A: a pointer into the source when it is already A, else the
-// rows converted into `stage` (one slot of tile * width per source).
+// Rows t0 .. t0 + count of a (rows, width) array of dtype `type` as A: a pointer into it when it is
+// already A, else the rows converted into `slot` (count * width elements).
+template <typename A>
+const A* rows_as(const void* data, ScalarType type, int64_t elem, int64_t t0, int64_t count, int64_t width,
+                 A* slot) {
+  const char* base = static_cast<const char*>(data) + t0 * width * elem;
+  if (type == scalar_type_of<A>()) return reinterpret_cast<const A*>(base);
+  load_as<A>(base, type, count * width, slot);
+  return slot;
+}
+
+// The tile's rows of every source as A (one slot of tile * width per source in `stage`).
 template <typename A>
 void tile_rows(const Inputs& src, int64_t t0, int64_t count, int64_t tile, std::vector<A>& stage,
                std::vector<const A*>& rows) {
-  const ScalarType self = scalar_type_of<A>();
-  const int64_t width = src.D;
-  for (int64_t i = 0; i < src.n; ++i) {
-    const char* base = static_cast<const char*>(src.data[i]) + t0 * width * src.elem[i];
-    if (src.type[i] == self) {
-      rows[i] = reinterpret_cast<const A*>(base);
-    } else {
-      A* slot = stage.data() + static_cast<int64_t>(i) * tile * width;
-      load_as<A>(base, src.type[i], count * width, slot);
-      rows[i] = slot;
-    }
-  }
+  for (int64_t i = 0; i < src.n; ++i)
+    rows[i] = rows_as<A>(src.data[i], src.type[i], src.elem[i], t0, count, src.D, stage.data() + i * tile * src.D);
 }
 
 bool all_of_type(const Inputs& src, ScalarType type) {
   return std::all_of(src.type.begin(), src.type.end(), [type](ScalarType t) { return t == type; });
+}
+
+// run(A(0)) with A the compute type: double or float.
+template <typename F>
+void with_compute(ScalarType compute, F&& run) {
+  if (compute == ScalarType::Double) {
+    run(double(0));
+  } else {
+    run(float(0));
+  }
+}
+
+// Backward's d sources (each in its source's dtype and shape) and d inv ((tokens,) in the compute
+// dtype, none when inv is computed in the kernel), to fill.
+void alloc_source_grads(const Inputs& in, std::vector<Tensor>& grad_sources, std::vector<Tensor>& grad_inv) {
+  for (int64_t i = 0; i < in.n; ++i) {
+    grad_sources.push_back(at::empty(in.sources[i].sizes(), in.sources[i].options()));
+    if (!in.own_inv) grad_inv.push_back(at::empty({in.tokens}, in.queries.options()));
+  }
+}
+
+// d inv in each inv's shape and dtype.
+void finish_inv_grads(std::vector<Tensor>& grad_inv, const std::vector<Tensor>& inv) {
+  for (size_t i = 0; i < grad_inv.size(); ++i) grad_inv[i] = grad_inv[i].view(inv[i].sizes()).to(inv[i].scalar_type());
 }
 
 // ------------------------------------------------------------------------------------- forward
@@ -485,21 +516,24 @@ std::tuple<Tensor, Tensor, Tensor> route_forward(const Tensor& queries, const st
   Tensor mixed = at::empty(result_shape(in, in.D), options.dtype(in.out_type));
   Tensor lse = at::empty(result_shape(in, std::nullopt), options);
   Tensor weights = at::empty(result_shape(in, in.n), options);
-  if (in.compute == ScalarType::Double) {
-    forward_kernel<double>(in, mixed, lse, weights);
-  } else {
-    forward_kernel<float>(in, mixed, lse, weights);
-  }
+  with_compute(in.compute, [&](auto zero) { forward_kernel<decltype(zero)>(in, mixed, lse, weights); });
   return {mixed, lse, weights};
 }
 
 // ------------------------------------------------------------------------------------- backward
 
+// A (rows, D) array read a tile at a time (`rows_as`): its first element (null: absent), dtype, element size.
+struct RowArray {
+  const void* data = nullptr;
+  ScalarType type = ScalarType::Float;
+  int64_t elem = 0;
+  RowArray() = default;
+  explicit RowArray(const Tensor& t) : data(t.data_ptr()), type(t.scalar_type()), elem(t.element_size()) {}
+};
+
 template <typename A>
 struct Upstream {  // the incoming gradients; null pointers for the absent ones
-  const void* mixed = nullptr;
-  ScalarType mixed_type = ScalarType::Float;
-  int64_t mixed_elem = 0;
+  RowArray mixed;
   const A* lse = nullptr;
   const A* weights = nullptr;
 };
@@ -512,7 +546,7 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
   const A* q = src.queries.data_ptr<A>();
   const ScalarType self = scalar_type_of<A>();
   const bool staged = !all_of_type(src, self);
-  const bool has_g = up.mixed != nullptr, stage_g = has_g && up.mixed_type != self;
+  const bool has_g = up.mixed.data != nullptr, stage_g = has_g && up.mixed.type != self;
   const int64_t tile = tile_tokens(src, sizeof(A));
   const int64_t num_tiles = (tokens + tile - 1) / tile;
   std::vector<char*> dsrc(n);
@@ -541,15 +575,9 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
         const int64_t t0 = b * tile, count = std::min(tile, tokens - t0);
         tile_rows<A>(src, t0, count, tile, stage, rows);
         tile_inv<A>(src, inv, rows, t0, count, rt.data());
-        for (int64_t s = 0; s < S && has_g; ++s) {
-          const char* base = static_cast<const char*>(up.mixed) + (s * tokens + t0) * D * up.mixed_elem;
-          if (stage_g) {
-            load_as<A>(base, up.mixed_type, count * D, g_stage.data() + s * tile * D);
-            g_rows[s] = g_stage.data() + s * tile * D;
-          } else {
-            g_rows[s] = reinterpret_cast<const A*>(base);
-          }
-        }
+        for (int64_t s = 0; s < S && has_g; ++s)
+          g_rows[s] = rows_as<A>(up.mixed.data, up.mixed.type, up.mixed.elem, s * tokens + t0, count, D,
+                                 g_stage.data() + s * tile * D);
         // Pass 1: recompute <q_s, v_i> and <g_s, v_i> (the pass that reads the rows from memory).
         for (int64_t i = 0; i < n; ++i)
           for (int64_t t = 0; t < count; ++t) {
@@ -619,6 +647,23 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
     for (int64_t k = 0; k < S * D; ++k) dq_out[k] += partial[group * S * D + k];
 }
 
+// A per-token tensor in the compute dtype, contiguous, checked to have `numel` elements.
+Tensor scalars(const Tensor& t, int64_t numel, ScalarType compute, const char* what) {
+  TORCH_CHECK_VALUE(t.numel() == numel, "attnres fused routing: ", what, " has ", t.numel(), " elements, expected ",
+                    numel);
+  return t.to(compute).contiguous();
+}
+
+// A (rows, D) tensor such as an upstream gradient, contiguous in its own dtype (a bf16 one is
+// converted a tile at a time in the kernels); absent stays absent.
+std::optional<Tensor> rows_arg(const std::optional<Tensor>& t, int64_t numel, const char* what) {
+  if (!t.has_value()) return std::nullopt;
+  TORCH_CHECK_VALUE(t->numel() == numel, "attnres fused routing: ", what, " has ", t->numel(), " elements, expected ",
+                    numel);
+  TORCH_CHECK_TYPE(readable(t->scalar_type()), "attnres fused routing: ", what, " has dtype ", t->scalar_type());
+  return t->contiguous();
+}
+
 // (d queries (S, D) in the queries' dtype, d sources each in its source's dtype and shape, d inv each
 // in its inv's dtype and shape). weights: forward's output; any of the upstream gradients may be absent.
 std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward(
@@ -627,50 +672,279 @@ std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward(
     const std::optional<Tensor>& grad_weights, bool centered, double eps) {
   const Inputs in = prepare(queries, sources, inv, eps);
   const int64_t per_token = in.S * in.tokens;
-  // The per-token tensors in the compute dtype, contiguous; grad_mixed keeps its dtype (a bf16
-  // gradient is converted a tile at a time in the kernel).
-  auto scalars = [&](const Tensor& t, int64_t numel, const char* what) {
-    TORCH_CHECK_VALUE(t.numel() == numel, "attnres fused routing: ", what, " has ", t.numel(), " elements, expected ",
-                      numel);
-    return t.to(in.compute).contiguous();
-  };
-  const Tensor alpha = scalars(weights, per_token * in.n, "weights");
-  std::optional<Tensor> g_mixed, g_lse, g_weights;
-  if (grad_mixed.has_value()) {
-    TORCH_CHECK_VALUE(grad_mixed->numel() == per_token * in.D, "attnres fused routing: grad_mixed has ",
-                      grad_mixed->numel(), " elements, expected ", per_token * in.D);
-    TORCH_CHECK_TYPE(readable(grad_mixed->scalar_type()), "attnres fused routing: grad_mixed has dtype ",
-                     grad_mixed->scalar_type());
-    g_mixed = grad_mixed->contiguous();
-  }
-  if (grad_lse.has_value()) g_lse = scalars(*grad_lse, per_token, "grad_lse");
-  if (grad_weights.has_value()) g_weights = scalars(*grad_weights, per_token * in.n, "grad_weights");
+  const Tensor alpha = scalars(weights, per_token * in.n, in.compute, "weights");
+  const std::optional<Tensor> g_mixed = rows_arg(grad_mixed, per_token * in.D, "grad_mixed");
+  std::optional<Tensor> g_lse, g_weights;
+  if (grad_lse.has_value()) g_lse = scalars(*grad_lse, per_token, in.compute, "grad_lse");
+  if (grad_weights.has_value()) g_weights = scalars(*grad_weights, per_token * in.n, in.compute, "grad_weights");
 
   std::vector<Tensor> grad_sources, grad_inv;
-  for (int64_t i = 0; i < in.n; ++i) {
-    grad_sources.push_back(at::empty(in.sources[i].sizes(), in.sources[i].options()));
-    if (!in.own_inv) grad_inv.push_back(at::empty({in.tokens}, in.queries.options()));
-  }
+  alloc_source_grads(in, grad_sources, grad_inv);
   Tensor grad_queries = at::empty({in.S, in.D}, in.queries.options());
   auto run = [&](auto zero) {
     using A = decltype(zero);
     Upstream<A> up;
-    if (g_mixed) {
-      up.mixed = g_mixed->data_ptr();
-      up.mixed_type = g_mixed->scalar_type();
-      up.mixed_elem = g_mixed->element_size();
-    }
+    if (g_mixed) up.mixed = RowArray(*g_mixed);
     if (g_lse) up.lse = g_lse->data_ptr<A>();
     if (g_weights) up.weights = g_weights->data_ptr<A>();
     backward_kernel<A>(in, alpha.data_ptr<A>(), up, centered, grad_sources, grad_inv, grad_queries);
   };
-  if (in.compute == ScalarType::Double) {
-    run(double(0));
-  } else {
-    run(float(0));
-  }
-  for (size_t i = 0; i < grad_inv.size(); ++i) grad_inv[i] = grad_inv[i].view(inv[i].sizes()).to(inv[i].scalar_type());
+  with_compute(in.compute, run);
+  finish_inv_grads(grad_inv, inv);
   return {grad_queries.to(queries.scalar_type()), grad_sources, grad_inv};
+}
+
+// ------------------------------------------------------------------------------------- merge (phase 2)
+//
+// Two-phase routing's phase 2 (attnres/routing/two_phase.py): one router's phase-1 result (mixture
+// m (tokens, D), log-sum-exp lse) merged with j later sources by online softmax,
+//   l_i = inv_i <q, v_i>,  total = logaddexp(lse, logsumexp_i l_i),
+//   keep = exp(lse - total),  take_i = exp(l_i - total),  out = keep m + sum_i take_i v_i.
+// Per token row, the dot products read m's and the v_i's rows from memory and the weighted sum (or,
+// in backward, d v_i and d q) reads them again from L1: each goes through memory once.
+
+// A (rows, D) output written a row at a time: in place when its dtype is A, else through `acc`.
+template <typename A>
+struct RowSink {
+  char* data;
+  ScalarType type;
+  int64_t elem, D;
+  bool direct;
+  std::vector<A> acc;
+  RowSink(Tensor& t, int64_t width)
+      : data(static_cast<char*>(t.data_ptr())), type(t.scalar_type()), elem(t.element_size()), D(width),
+        direct(t.scalar_type() == scalar_type_of<A>()), acc(direct ? 0 : width) {}
+  A* row(int64_t r) { return direct ? reinterpret_cast<A*>(data) + r * D : acc.data(); }
+  void done(int64_t r) {
+    if (!direct) store_as<A>(acc.data(), type, D, data + r * D * elem);
+  }
+};
+
+template <typename A>
+void merge_forward_kernel(const Inputs& src, const RowArray& mixed, const A* lse, Tensor& out, A* total, A* keep,
+                          A* take) {
+  const int64_t D = src.D, n = src.n, tokens = src.tokens;
+  const std::vector<const A*> inv = inv_rows<A>(src);
+  const A* q = src.queries.data_ptr<A>();
+  const bool staged = !all_of_type(src, scalar_type_of<A>()), stage_m = mixed.type != scalar_type_of<A>();
+  const int64_t tile = tile_tokens(src, sizeof(A));
+  const int64_t num_tiles = (tokens + tile - 1) / tile;
+
+  at::parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end) {
+    std::vector<A> stage(staged ? n * tile * D : 0), m_stage(stage_m ? tile * D : 0);
+    std::vector<const A*> rows(n), token_rows(n + 1);  // token_rows: one token's m, v_1 .. v_j
+    std::vector<A> rt(tile * n), w(n + 1);              // w: the token's logits, then (keep, take_1 .. take_j)
+    RowSink<A> sink(out, D);
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t t0 = b * tile, count = std::min(tile, tokens - t0);
+      tile_rows<A>(src, t0, count, tile, stage, rows);
+      tile_inv<A>(src, inv, rows, t0, count, rt.data());
+      const A* m = rows_as<A>(mixed.data, mixed.type, mixed.elem, t0, count, D, m_stage.data());
+      for (int64_t t = 0; t < count; ++t) {
+        const int64_t tok = t0 + t;
+        A top = lse[tok];
+        for (int64_t i = 0; i < n; ++i) {
+          w[1 + i] = rt[t * n + i] * dot<A>(q, rows[i] + t * D, D);
+          top = std::max(top, w[1 + i]);
+        }
+        // All -inf (or NaN): let exp/log give what torch's logaddexp and logsumexp give.
+        const A shift = std::isfinite(top) ? top : A(0);
+        A sum = std::exp(lse[tok] - shift);
+        for (int64_t i = 0; i < n; ++i) sum += std::exp(w[1 + i] - shift);
+        const A all = shift + std::log(sum);
+        total[tok] = all;
+        keep[tok] = w[0] = std::exp(lse[tok] - all);
+        for (int64_t i = 0; i < n; ++i) take[tok * n + i] = w[1 + i] = std::exp(w[1 + i] - all);
+        token_rows[0] = m + t * D;
+        for (int64_t i = 0; i < n; ++i) token_rows[1 + i] = rows[i] + t * D;
+        weighted_sum<A>(w.data(), token_rows.data(), 0, n + 1, D, sink.row(tok));
+        sink.done(tok);
+      }
+    }
+  });
+}
+
+// Merge's inputs, checked: query (D,), sources and `rows` (mixed or out) (..., D), `stats` (lse or keep) (...).
+Inputs prepare_merge(const Tensor& query, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv,
+                     double eps, const Tensor& rows, const Tensor& stats, const char* rows_name) {
+  TORCH_CHECK_VALUE(query.dim() == 1, "attnres fused merge: query must be (D,), got ", query.sizes());
+  Inputs in = prepare(query.unsqueeze(0), sources, inv, eps, rows.scalar_type(), stats.scalar_type());
+  const auto shape = in.sources[0].sizes();
+  TORCH_CHECK_VALUE(rows.sizes() == shape && stats.sizes() == shape.slice(0, shape.size() - 1),
+                    "attnres fused merge: ", rows_name, " must be ", shape, " and its per-token statistics ",
+                    shape.slice(0, shape.size() - 1), ", got ", rows.sizes(), " and ", stats.sizes());
+  TORCH_CHECK_TYPE(readable(rows.scalar_type()), "attnres fused merge: ", rows_name, " has dtype ", rows.scalar_type());
+  TORCH_CHECK_VALUE(rows.device().is_cpu() && stats.device().is_cpu(), "attnres fused merge: runs on CPU tensors");
+  return in;
+}
+
+// (out (..., D) in the promoted dtype of mixed and the sources; total, keep (...) and take (..., j)
+// in the compute dtype). inv = []: computed from the rows with eps.
+std::tuple<Tensor, Tensor, Tensor, Tensor> merge_forward(const Tensor& mixed, const Tensor& lse, const Tensor& query,
+                                                         const std::vector<Tensor>& sources,
+                                                         const std::vector<Tensor>& inv, double eps) {
+  const Inputs in = prepare_merge(query, sources, inv, eps, mixed, lse, "mixed");
+  const Tensor m = mixed.contiguous(), stats = scalars(lse, in.tokens, in.compute, "lse");
+  auto options = in.queries.options();
+  std::vector<int64_t> take_shape(lse.sizes().begin(), lse.sizes().end());
+  take_shape.push_back(in.n);
+  Tensor out = at::empty(mixed.sizes(), options.dtype(in.out_type));
+  Tensor total = at::empty(lse.sizes(), options), keep = at::empty(lse.sizes(), options);
+  Tensor take = at::empty(take_shape, options);
+  auto run = [&](auto zero) {
+    using A = decltype(zero);
+    merge_forward_kernel<A>(in, RowArray(m), stats.data_ptr<A>(), out, total.data_ptr<A>(), keep.data_ptr<A>(),
+                            take.data_ptr<A>());
+  };
+  with_compute(in.compute, run);
+  return {out, total, keep, take};
+}
+
+template <typename A>
+struct MergeUpstream {  // the incoming gradients; absent ones null
+  RowArray out;
+  const A* total = nullptr;
+  const A* keep = nullptr;
+  const A* take = nullptr;
+};
+
+// d logits of one token: from <g, out> and <g, v_i> (gv, when has_g), then g_total and the softmax
+// backward of the recorded (keep, take). Returns d lse; dl[i] = d l_i.
+template <typename A>
+A merge_logit_grads(int64_t n, A keep, const A* take, bool has_g, A g_out, const A* gv, const MergeUpstream<A>& up,
+                    int64_t tok, A* dl) {
+  A d_lse = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    dl[i] = has_g ? take[i] * (gv[i] - g_out) : A(0);
+    d_lse -= dl[i];  // a softmax's logit gradients sum to zero: lse takes the rest
+  }
+  if (up.total) {
+    const A gt = up.total[tok];
+    d_lse += keep * gt;
+    for (int64_t i = 0; i < n; ++i) dl[i] += take[i] * gt;
+  }
+  if (up.keep || up.take) {
+    const A gk = up.keep ? up.keep[tok] : A(0);
+    const A* gw = up.take ? up.take + tok * n : nullptr;
+    A centre = keep * gk;
+    for (int64_t i = 0; i < n; ++i) centre += gw ? take[i] * gw[i] : A(0);
+    d_lse += keep * (gk - centre);
+    for (int64_t i = 0; i < n; ++i) dl[i] += take[i] * ((gw ? gw[i] : A(0)) - centre);
+  }
+  return d_lse;
+}
+
+template <typename A>
+void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep, const A* take,
+                           const MergeUpstream<A>& up, Tensor* grad_mixed, A* grad_lse,
+                           std::vector<Tensor>& grad_sources, std::vector<Tensor>& grad_inv, Tensor& grad_query) {
+  const int64_t D = src.D, n = src.n, tokens = src.tokens;
+  const std::vector<const A*> inv = inv_rows<A>(src);
+  const A* q = src.queries.data_ptr<A>();
+  const ScalarType self = scalar_type_of<A>();
+  const bool staged = !all_of_type(src, self), has_g = up.out.data != nullptr;
+  const bool stage_g = has_g && up.out.type != self, stage_o = has_g && out.type != self;
+  const int64_t tile = tile_tokens(src, sizeof(A));
+  const int64_t num_tiles = (tokens + tile - 1) / tile;
+  std::vector<A*> dinv(n);
+  for (int64_t i = 0; i < n; ++i) dinv[i] = src.own_inv ? nullptr : grad_inv[i].data_ptr<A>();
+  // d q sums over all tokens: one partial per group of tiles, added in a fixed order (as route_backward).
+  const int64_t groups = std::max<int64_t>(1, std::min<int64_t>(num_tiles, at::get_num_threads()));
+  std::vector<A> partial(groups * D, A(0));
+
+  at::parallel_for(0, groups, 1, [&](int64_t group_begin, int64_t group_end) {
+    std::vector<A> stage(staged ? n * tile * D : 0), g_stage(stage_g ? tile * D : 0), o_stage(stage_o ? tile * D : 0);
+    std::vector<const A*> rows(n);
+    std::vector<A> rt(tile * n), qv(n), gv(n), dl(n);
+    std::vector<RowSink<A>> sinks;
+    for (int64_t i = 0; i < n; ++i) sinks.emplace_back(grad_sources[i], D);
+    std::optional<RowSink<A>> mixed_sink;
+    if (grad_mixed) mixed_sink.emplace(*grad_mixed, D);
+    for (int64_t group = group_begin; group < group_end; ++group) {
+      A* dq = partial.data() + group * D;
+      const int64_t tile_begin = group * num_tiles / groups, tile_end = (group + 1) * num_tiles / groups;
+      for (int64_t b = tile_begin; b < tile_end; ++b) {
+        const int64_t t0 = b * tile, count = std::min(tile, tokens - t0);
+        tile_rows<A>(src, t0, count, tile, stage, rows);
+        tile_inv<A>(src, inv, rows, t0, count, rt.data());
+        const A* g = has_g ? rows_as<A>(up.out.data, up.out.type, up.out.elem, t0, count, D, g_stage.data()) : nullptr;
+        const A* o = has_g ? rows_as<A>(out.data, out.type, out.elem, t0, count, D, o_stage.data()) : nullptr;
+        for (int64_t t = 0; t < count; ++t) {
+          const int64_t tok = t0 + t;
+          const A* gt = has_g ? g + t * D : nullptr;
+          const A* tk = take + tok * n;
+          for (int64_t i = 0; i < n; ++i) {
+            if (has_g) {
+              dot2<A>(q, gt, rows[i] + t * D, D, qv[i], gv[i]);
+            } else {
+              qv[i] = dot<A>(q, rows[i] + t * D, D);
+            }
+          }
+          const A g_out = has_g ? dot<A>(gt, o + t * D, D) : A(0);
+          grad_lse[tok] = merge_logit_grads<A>(n, keep[tok], tk, has_g, g_out, gv.data(), up, tok, dl.data());
+          // d v_i = d l_i inv_i q + take_i g (+ with inv computed here, d inv_i * (-inv_i^3 / D) v_i);
+          // d q += d l_i inv_i v_i.
+          for (int64_t i = 0; i < n; ++i) {
+            const A r = rt[t * n + i], c = dl[i] * r, d_inv = dl[i] * qv[i];
+            if (!src.own_inv) dinv[i][tok] = d_inv;
+            const A self_coef = src.own_inv ? -d_inv * r * r * r / static_cast<A>(D) : A(0);
+            source_grad<A>(1, tk + i, &c, has_g ? &gt : nullptr, 0, q, rows[i] + t * D, D, self_coef,
+                           sinks[i].row(tok), dq);
+            sinks[i].done(tok);
+          }
+          if (mixed_sink) {
+            A* dm = mixed_sink->row(tok);
+            const A k = keep[tok];
+#pragma omp simd
+            for (int64_t m = 0; m < D; ++m) dm[m] = k * gt[m];
+            mixed_sink->done(tok);
+          }
+        }
+      }
+    }
+  });
+  A* dq_out = grad_query.data_ptr<A>();
+  std::fill(dq_out, dq_out + D, A(0));
+  for (int64_t group = 0; group < groups; ++group)
+    for (int64_t k = 0; k < D; ++k) dq_out[k] += partial[group * D + k];
+}
+
+// ([d mixed] in mixed_dtype, or [] without grad_out; d lse in the compute dtype; d query in its
+// dtype; d sources each in its dtype; d inv each in its dtype, [] when inv is []). From forward's
+// out, keep and take; any upstream gradient may be absent.
+std::tuple<std::vector<Tensor>, Tensor, Tensor, std::vector<Tensor>, std::vector<Tensor>> merge_backward(
+    const Tensor& query, const Tensor& out, const Tensor& keep, const Tensor& take, const std::vector<Tensor>& sources,
+    const std::vector<Tensor>& inv, const std::optional<Tensor>& grad_out, const std::optional<Tensor>& grad_total,
+    const std::optional<Tensor>& grad_keep, const std::optional<Tensor>& grad_take, ScalarType mixed_dtype,
+    double eps) {
+  const Inputs in = prepare_merge(query, sources, inv, eps, out, keep, "out");
+  const Tensor o = out.contiguous(), k = scalars(keep, in.tokens, in.compute, "keep");
+  const Tensor w = scalars(take, in.tokens * in.n, in.compute, "take");
+  const std::optional<Tensor> g_out = rows_arg(grad_out, in.tokens * in.D, "grad_out");
+  std::optional<Tensor> g_total, g_keep, g_take;
+  if (grad_total.has_value()) g_total = scalars(*grad_total, in.tokens, in.compute, "grad_total");
+  if (grad_keep.has_value()) g_keep = scalars(*grad_keep, in.tokens, in.compute, "grad_keep");
+  if (grad_take.has_value()) g_take = scalars(*grad_take, in.tokens * in.n, in.compute, "grad_take");
+
+  auto options = in.queries.options();
+  std::vector<Tensor> grad_mixed, grad_sources, grad_inv;
+  if (g_out) grad_mixed.push_back(at::empty(out.sizes(), options.dtype(mixed_dtype)));
+  alloc_source_grads(in, grad_sources, grad_inv);
+  Tensor grad_lse = at::empty(keep.sizes(), options), grad_query = at::empty({in.D}, options);
+  auto run = [&](auto zero) {
+    using A = decltype(zero);
+    MergeUpstream<A> up;
+    if (g_out) up.out = RowArray(*g_out);
+    if (g_total) up.total = g_total->data_ptr<A>();
+    if (g_keep) up.keep = g_keep->data_ptr<A>();
+    if (g_take) up.take = g_take->data_ptr<A>();
+    merge_backward_kernel<A>(in, RowArray(o), k.data_ptr<A>(), w.data_ptr<A>(), up,
+                             grad_mixed.empty() ? nullptr : &grad_mixed[0], grad_lse.data_ptr<A>(), grad_sources,
+                             grad_inv, grad_query);
+  };
+  with_compute(in.compute, run);
+  finish_inv_grads(grad_inv, inv);
+  return {grad_mixed, grad_lse, grad_query.to(query.scalar_type()), grad_sources, grad_inv};
 }
 
 }  // namespace
@@ -681,9 +955,18 @@ TORCH_LIBRARY(attnres_fused_cpu, m) {
   m.def("route_forward(Tensor queries, Tensor[] sources, Tensor[] inv, float eps) -> (Tensor, Tensor, Tensor)");
   m.def("route_backward(Tensor queries, Tensor weights, Tensor[] sources, Tensor[] inv, Tensor? grad_mixed, "
         "Tensor? grad_lse, Tensor? grad_weights, bool centered, float eps) -> (Tensor, Tensor[], Tensor[])");
+  // Two-phase routing's phase 2 (the same inv / eps convention); merge_backward's first result is
+  // [d mixed], or [] without grad_out.
+  m.def("merge_forward(Tensor mixed, Tensor lse, Tensor query, Tensor[] sources, Tensor[] inv, float eps) -> "
+        "(Tensor, Tensor, Tensor, Tensor)");
+  m.def("merge_backward(Tensor query, Tensor out, Tensor keep, Tensor take, Tensor[] sources, Tensor[] inv, "
+        "Tensor? grad_out, Tensor? grad_total, Tensor? grad_keep, Tensor? grad_take, ScalarType mixed_dtype, "
+        "float eps) -> (Tensor[], Tensor, Tensor, Tensor[], Tensor[])");
 }
 
 TORCH_LIBRARY_IMPL(attnres_fused_cpu, CPU, m) {
   m.impl("route_forward", &route_forward);
   m.impl("route_backward", &route_backward);
+  m.impl("merge_forward", &merge_forward);
+  m.impl("merge_backward", &merge_backward);
 }
