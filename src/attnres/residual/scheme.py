@@ -183,13 +183,12 @@ class ResidualScheme(nn.Module):
             mixed, weights = mixer(sources, need_weights=record, impl="reference")
         else:
             inv = self._completed_inv_rms(state)
-            grouped = self.group_size > 1 and index < self.num_grouped
-            if not (grouped and state.impl == "fused"):  # the fused merge computes the partial's in its pass
-                inv = inv + [inv_rms(v, self.eps) for v in sources[len(inv):]]  # the partial, if any
-            if grouped:
+            if self.group_size > 1 and index < self.num_grouped:
+                # The merge computes the partial's inv_rms (the fused kernel in its own pass).
                 mixed, weights = mixer(sources, need_weights=record, impl=state.impl, inv=inv,
                                        prefix=self._group_prefix(index, state))
             else:
+                inv = inv + [inv_rms(v, self.eps) for v in sources[len(inv):]]  # the partial, if any
                 mixed, weights = mixer(sources, need_weights=record, impl=state.impl, inv=inv)
         if record:
             state.routing.append(weights)

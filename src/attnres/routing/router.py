@@ -53,7 +53,7 @@ class Router(DepthMixer):
 
         impl: "reference", "lean", "triton", "fused" or "auto" (see `resolve_impl`); inv: each
         source's `inv_rms` (B, T) when the caller has them cached (fast paths only), else computed
-        here (a prefix's merge takes inv for all sources or computes the later ones).
+        here (a prefix's merge computes the ones inv lacks).
         prefix: phase-1 routing of this router over sources[:prefix.num_sources], computed with
         its group (two-phase routing); only the remaining sources are read, merged by online softmax
         in one op (`merge_sources`, the C++ kernel when impl is "fused"). Weights are None when a

@@ -248,12 +248,18 @@ def merge_remaining(prefix: RoutedPrefix, sources: list[Tensor], eps: float, inv
                     need_weights: bool = True, impl: str = "lean") -> RoutedPrefix:
     """Routing over all of `sources` (n + j tensors (B, T, D)) from the phase-1 prefix over the first n:
     the prefix itself when j = 0, else `merge_sources` over the last j with implementation `impl`.
-    Their inv_rms come from `inv` (B, T each) when it covers all n + j sources; otherwise (e.g. the
-    scheme's cache of completed sources only) they are computed, by the kernel itself for "fused"."""
+    Their inv_rms come from `inv` (B, T each, for the first len(inv) sources, e.g. the scheme's cache
+    of completed ones); the missing ones are computed, by the kernel itself in its pass for "fused"."""
     later = list(sources[prefix.num_sources:])
     if not later:
         # The prefix's mixture is a view of its whole group's phase-1 result; whatever saves it for
         # backward (the next sub-layer's norm) would keep all S of them alive, so it gets its own copy.
         return replace(prefix, mixed=prefix.mixed.clone()) if torch.is_grad_enabled() else prefix
-    later_inv = list(inv[prefix.num_sources:]) if inv is not None and len(inv) == len(sources) else None
+    known = list(inv[prefix.num_sources:]) if inv is not None else []
+    if len(known) == len(later):
+        later_inv = known
+    elif impl == "fused" and not known:
+        later_inv = None  # the kernel computes them in the pass that reads the rows anyway
+    else:
+        later_inv = known + [inv_rms(v, eps) for v in later[len(known):]]
     return merge_sources(prefix, later, later_inv, need_weights, impl, eps)
