@@ -100,6 +100,23 @@ def test_the_compiled_step_is_one_graph_and_decodes_like_the_eager_model_for_eve
     assert generator.generate(ids, 12, precision="bf16").sequences.tolist() == expected.tolist()
 
 
+@pytest.mark.compile
+def test_a_generation_checks_every_guard_at_its_first_step_and_then_only_those_that_tell_graphs_apart(monkeypatch):
+    torch._dynamo.reset()
+    model = model_for("block_attnres", 3)
+    counter = CompileCounterWithBackend("aot_eager")
+    generator = FastGenerator(model, backend=counter)
+    stances = []
+    set_stance = torch.compiler.set_stance
+    monkeypatch.setattr(torch.compiler, "set_stance", lambda *a, **k: stances.append(k) or set_stance(*a, **k))
+    ids = prompt()
+    assert generator.generate(ids, 8).sequences.tolist() == eager_greedy(model, ids, 8).tolist()
+    assert stances == [{"skip_guard_eval_unsafe": True}] * 6  # steps 2..7 of 7; the first, compiling, checks all
+    model.residual.impl = "lean"  # the step specialises on it: the next generation's first step must see it
+    assert generator.generate(ids, 8).sequences.tolist() == eager_greedy(model, ids, 8).tolist()
+    assert counter.frame_count == 2
+
+
 def graph_ops(model, ids):
     """The op namespaces and names the compiled decode step's graph calls (captured by dynamo)."""
     graphs = []

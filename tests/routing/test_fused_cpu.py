@@ -244,6 +244,22 @@ def test_auto_picks_fused_on_cpu_once_built_and_route_fast_dispatches():
     assert_all_close(route_fast(*split(args, 3), "fused"), route_sources_fused(*split(args, 3)), rtol=0, atol=0)
 
 
+def test_auto_picks_the_lean_ops_when_compiling_without_gradients_and_fused_with_them():
+    """A compiled decode step: inductor fuses the lean ops' plain PyTorch with the neighbouring norm."""
+    seen = []
+
+    def resolved(x):
+        seen.append(resolve_impl("auto", x.device))
+        return x + 1
+
+    compiled = torch.compile(resolved, fullgraph=True, backend="eager")
+    x = torch.zeros(2)
+    with torch.no_grad():
+        compiled(x)
+    compiled(x.clone().requires_grad_())
+    assert seen == ["lean", "fused"]
+
+
 @pytest.mark.parametrize("dtypes", [(torch.float64,) * 3, (torch.float32, torch.bfloat16, torch.bfloat16)],
                          ids=["float64", "fp32+bf16"])
 def test_inv_computed_in_the_kernel_equals_inv_rms_then_routing(dtypes):

@@ -7,7 +7,7 @@ import torch
 
 from attnres import AttnResLM, ModelConfig
 from attnres.train import TrainConfig
-from attnres.train.optim import build_optimizer, parameter_groups
+from attnres.train.optim import adamw, build_optimizer, parameter_groups
 from attnres.train.schedule import build_scheduler, lr_factor
 
 
@@ -69,3 +69,20 @@ def test_optimizer_lr_multiplier_and_decay_and_schedule():
         sched.step()
     assert by_name["routing"]["lr"] == pytest.approx(1e-2) and by_name["decay"]["lr"] == pytest.approx(1e-4)
     assert all(p.dtype == torch.float32 for g in opt.param_groups for p in g["params"])
+
+
+def test_adamw_takes_the_fused_kernel_and_updates_as_the_per_tensor_loop_does():
+    torch.manual_seed(0)
+    fast, loop = model(residual="block_attnres", num_blocks=2), model(residual="block_attnres", num_blocks=2)
+    loop.load_state_dict(fast.state_dict())
+    opt_fast = adamw(fast.parameters(), lr=1e-2, weight_decay=0.1)
+    opt_loop = torch.optim.AdamW(loop.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)
+    assert opt_fast.defaults["fused"] is True
+    ids = torch.randint(0, 50, (2, 8))
+    for _ in range(3):
+        for m, opt in ((fast, opt_fast), (loop, opt_loop)):
+            opt.zero_grad()
+            m(ids, labels=ids).loss.backward()
+            opt.step()
+    for (name, a), b in zip(fast.named_parameters(), loop.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)

@@ -12,7 +12,7 @@ def mean_max_weight(routing: list[torch.Tensor]) -> list[float | None]:
     Returns one float per router; None for a router with a single source (its weight is always 1).
     Uniform weights over n sources give 1/n; a router that picks one source gives 1.
     """
-    return [None if w.shape[-1] < 2 else float(w.amax(-1).float().mean()) for w in routing]
+    return [None if w.shape[-1] < 2 else float(w.amax(-1).double().mean()) for w in routing]  # float64: no rounding drift over many tokens
 
 
 def summarize_sharpness(routing: list[torch.Tensor], deep_fraction: float = 1 / 3) -> dict[str, float | None]:

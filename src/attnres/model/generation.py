@@ -12,9 +12,11 @@ token (argmax, or sampling with temperature / top-k / top-p), all on tensors of 
 - the sequence, the column, the rotary positions and the finished flags are tensors the step
   updates in place; nothing in the step reads a value back to the host.
 
-Routing in the step is the model's own (chunked two-phase routing, the fused C++ kernel on CPU).
-Without gradients its ops trace as plain PyTorch (inv_rms, the lean ops) or as direct calls of the
-C++ kernels, so a step calls no Python per router (docs/generation.md).
+Routing in the step is the model's own (chunked two-phase routing). Without gradients its ops trace
+as plain PyTorch (inv_rms, the lean ops; what "auto" picks, as inductor fuses them with the norms) or,
+with routing_impl "fused", as direct calls of the C++ kernels, so a step calls no Python per router.
+After a generation's first step only the guards that tell compiled graphs apart are evaluated
+(`Decoding._guards`; docs/generation.md).
 
 So the step is captured once by `torch.compile(fullgraph=True, dynamic=False)` (any graph break
 fails) and replayed for every token. The compile mode is chosen per device (`DEFAULT_MODES`):
@@ -24,6 +26,7 @@ model's greedy decoding token for token (tests/model/test_generation.py).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import types
@@ -328,10 +331,20 @@ class Decoding:
         """One decode step (no host synchronisation); ValueError past max_new_tokens (the cache is full)."""
         if self.steps_run >= self.max_new_tokens:
             raise ValueError(f"this generation was started for max_new_tokens={self.max_new_tokens}; all are made")
-        with torch.no_grad():
+        with torch.no_grad(), self._guards():
             self._step(*self._arguments)
         self.steps_run += 1
         self.compiles = False
+
+    def _guards(self):
+        """How much of the compiled step's guards to evaluate: all of them at a generation's first step;
+        after that only those that tell compiled graphs apart. The step's arguments are then the same
+        objects, changed only in place by the step itself, and evaluating a guard per parameter cost
+        about 5 us each, 3-8 % of a token on CPU (docs/generation.md). A model changed in the middle
+        of a generation (its dtype, device or parameters replaced) needs a new `start`."""
+        if self.compile_mode is None or self.steps_run == 1:
+            return contextlib.nullcontext()
+        return torch.compiler.set_stance(skip_guard_eval_unsafe=True)
 
     def all_finished(self) -> bool:
         """Whether every row has produced an end token (reads one flag back from the device)."""

@@ -182,13 +182,14 @@ class ResidualScheme(nn.Module):
         elif state.impl == "reference":
             mixed, weights = mixer(sources, need_weights=record, impl="reference")
         else:
-            inv = self._completed_inv_rms(state)
+            inv = self._completed_inv_rms(state)  # None with "fused": its kernels compute them
             if self.group_size > 1 and index < self.num_grouped:
                 # The merge computes the partial's inv_rms (the fused kernel in its own pass).
                 mixed, weights = mixer(sources, need_weights=record, impl=state.impl, inv=inv,
                                        prefix=self._group_prefix(index, state))
             else:
-                inv = inv + [inv_rms(v, self.eps) for v in sources[len(inv):]]  # the partial, if any
+                if inv is not None:
+                    inv = inv + [inv_rms(v, self.eps) for v in sources[len(inv):]]  # the partial, if any
                 mixed, weights = mixer(sources, need_weights=record, impl=state.impl, inv=inv)
         if record:
             state.routing.append(weights)
@@ -201,13 +202,18 @@ class ResidualScheme(nn.Module):
         size = self.group_size
         first = s - s % size
         if state.group is None or state.group.first != first:
-            mixers = self.routers[first:min(first + size, self.num_grouped)]
+            mixers = [self.routers[i] for i in range(first, min(first + size, self.num_grouped))]  # a slice builds a ModuleList
             queries = torch.stack([mixer.effective_query() for mixer in mixers])
-            state.group = route_group(first, queries, state.sources, self._completed_inv_rms(state), state.impl)
+            state.group = route_group(first, queries, state.sources, self._completed_inv_rms(state), state.impl,
+                                      eps=self.eps)
         return state.group.prefix(s - first)
 
-    def _completed_inv_rms(self, state: StreamState) -> list[torch.Tensor]:
-        """inv_rms of every completed source (B, T) each, computing only the new ones."""
+    def _completed_inv_rms(self, state: StreamState) -> list[torch.Tensor] | None:
+        """inv_rms of every completed source (B, T) each, computing only the new ones; None for "fused",
+        whose kernels compute each row's inverse RMS in the pass that reads it anyway (cheaper than a
+        separate pass over every source and its autograd node, also when a source is routed again)."""
+        if state.impl == "fused":
+            return None
         for source in state.sources[len(state.inv_rms):]:
             state.inv_rms.append(inv_rms(source, self.eps))
         return state.inv_rms

@@ -22,7 +22,10 @@ def resolve_impl(impl: str, device: torch.device) -> str:
     """The implementation `impl` means on `device`.
 
     "auto" -> "triton" on CUDA when Triton is installed (outside torch.compile); "fused" on CPU when
-    the fused extension is already built (auto never starts a build); else "lean". An explicit
+    the fused extension is already built (auto never starts a build), except when compiling without
+    gradients (a decode step): there the lean ops' plain PyTorch, which inductor fuses with the
+    neighbouring norm, decoded faster than calls of the C++ kernels (docs/generation.md); else
+    "lean". An explicit
     "fused" builds the extension if needed. Raises ValueError for an unknown name or an unusable
     "triton" or "fused".
     """
@@ -32,7 +35,8 @@ def resolve_impl(impl: str, device: torch.device) -> str:
     if impl == "auto":  # the Triton op is opaque to torch.compile; the lean and fused custom ops trace cleanly
         if device.type == "cuda" and not torch.compiler.is_compiling() and triton_available():
             return "triton"
-        return "fused" if device.type == "cpu" and fused_available() else "lean"
+        compiled_inference = torch.compiler.is_compiling() and not torch.is_grad_enabled()
+        return "fused" if device.type == "cpu" and fused_available() and not compiled_inference else "lean"
     if impl == "triton" and not triton_available():
         raise ValueError("routing_impl='triton' needs the triton package and a CUDA device "
                          "(or TRITON_INTERPRET=1 for CPU tensors); use 'auto' or 'lean'")

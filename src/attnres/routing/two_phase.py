@@ -60,31 +60,28 @@ class RoutedPrefix:
 class GroupRouting:
     """Phase 1 of a group of routers, kept for one forward pass (the scheme's per-pass cache).
 
-    first: the index of the group's first router; queries (S, D); mixed (S, B, T, D); lse (S, B, T);
-    weights (S, B, T, n), all over the same n shared sources.
+    first: the index of the group's first router; prefixes: each router's `RoutedPrefix`, all over
+    the same shared sources.
     """
 
     first: int
-    queries: Tensor
-    mixed: Tensor
-    lse: Tensor
-    weights: Tensor
-
-    @property
-    def num_sources(self) -> int:
-        """n, the number of shared sources phase 1 routed over."""
-        return self.weights.shape[-1]
+    prefixes: tuple[RoutedPrefix, ...]
 
     def prefix(self, index: int) -> RoutedPrefix:
         """The phase-1 result of router `first + index`."""
-        return RoutedPrefix(self.queries[index], self.mixed[index], self.lse[index], self.weights[index],
-                            self.num_sources)
+        return self.prefixes[index]
 
 
-def route_group(first: int, queries: Tensor, sources: list[Tensor], inv: list[Tensor], impl: str) -> GroupRouting:
+def route_group(first: int, queries: Tensor, sources: list[Tensor], inv: list[Tensor] | None, impl: str,
+                eps: float | None = None) -> GroupRouting:
     """Phase 1: the S routers first .. first + S - 1, with effective queries (S, D), over n shared
-    sources (B, T, D) whose inverse RMS (B, T) are `inv`, in one call of implementation `impl`."""
-    return GroupRouting(first, queries, *route_fast(queries, sources, inv, impl))
+    sources (B, T, D) whose inverse RMS (B, T) are `inv` (or None with `eps`: computed, by "fused"
+    in its kernel), in one call of implementation `impl`."""
+    mixed, lse, weights = route_fast(queries, sources, inv, impl, eps=eps)
+    # Unbound, not indexed: each select's backward would zero-fill a whole (S, B, T, D) gradient and
+    # autograd would add the S of them (a third of Block AttnRes's overhead); unbind's stacks them once.
+    return GroupRouting(first, tuple(RoutedPrefix(*parts, len(sources))
+                                     for parts in zip(queries.unbind(), mixed.unbind(), lse.unbind(), weights.unbind())))
 
 
 # ---------------------------------------------------------------- phase 2: one op for all later sources

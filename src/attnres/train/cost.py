@@ -17,6 +17,7 @@ from attnres.common.precision import autocast
 from attnres.common.timing import ratio
 from attnres.model import AttnResLM, FastGenerator, KVCache, ModelConfig
 from attnres.train.memory import measure_step_memory
+from attnres.train.optim import adamw
 
 
 def device_sync(device: torch.device) -> Callable[[], None] | None:
@@ -46,7 +47,7 @@ class VariantRunner:
         torch.manual_seed(seed)  # every variant starts from the same shared weights
         self.config = model_config
         self.model = AttnResLM(model_config).to(device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.optimizer = adamw(self.model.parameters(), lr=1e-4)
         self.batch, self.decode_ids = batch, decode_ids
         self.precision = precision
         self.device = device

@@ -41,4 +41,18 @@ def build_optimizer(model: AttnResLM, config: TrainConfig, only: Collection[str]
                 "routing": (config.lr * config.routing_lr_mult, 0.0)}
     param_groups = [{"params": [p for _, p in groups[key]], "lr": lr, "weight_decay": wd, "name": key}
                     for key, (lr, wd) in settings.items() if groups[key]]
-    return torch.optim.AdamW(param_groups, betas=(config.beta1, config.beta2))
+    return adamw(param_groups, betas=(config.beta1, config.beta2))
+
+
+def adamw(params, **options) -> torch.optim.AdamW:
+    """torch.optim.AdamW with its fused kernel when every parameter is a plain CPU or CUDA tensor,
+    else the multi-tensor (foreach) update (e.g. FSDP's sharded DTensors). Same update rule.
+
+    PyTorch defaults to foreach on CUDA and to a per-tensor Python loop on CPU; on 2 CPU cores the
+    fused kernel steps a 24 x 256 model in 25 ms against 82 ms for the loop, which also stops
+    charging routed models for their many tiny router vectors (2 per router).
+    params: an iterable of parameters or of parameter-group dicts, as torch.optim takes."""
+    groups = list(params)
+    tensors = [p for g in groups for p in (g["params"] if isinstance(g, dict) else [g])]
+    fused = all(type(p) in (torch.Tensor, nn.Parameter) and p.device.type in ("cpu", "cuda") for p in tensors)
+    return torch.optim.AdamW(groups, **({"fused": True} if fused else {"foreach": True}), **options)
