@@ -1,7 +1,8 @@
 """Compiled decoding per token: which routing code the step should contain, and what its guards cost.
 
 Each model decodes through `FastGenerator` (the static cache and the compiled step, inductor's Python
-wrapper as `attnres bench` compiles it) with routing_impl "lean" (plain PyTorch that inductor fuses)
+wrapper as `attnres bench` compiles it, or with --cpp-wrapper its C++ wrapper, FastGenerator's default
+on CPU) with routing_impl "lean" (plain PyTorch that inductor fuses)
 and "fused" (direct calls of the C++ kernels), for standard, Block AttnRes and Full AttnRes. Every
 step is timed twice per round: with every guard evaluated at each call (what a plain compiled
 function does), and as a generation runs it (all guards at its first step, then only those that tell
@@ -10,6 +11,7 @@ to standard with the same guard setting.
 
     .venv/bin/python benchmarks/compiled_decode_paths.py                 # 24 x 256, 2 threads
     .venv/bin/python benchmarks/compiled_decode_paths.py --layers 4 --rounds 5
+    .venv/bin/python benchmarks/compiled_decode_paths.py --cpp-wrapper --impls lean   # as FastGenerator compiles
 """
 
 from __future__ import annotations
@@ -36,11 +38,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--steps", type=int, default=10, help="steps per timing (default: 10)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--impls", nargs="+", default=["lean", "fused"], choices=["lean", "fused"])
+    parser.add_argument("--cpp-wrapper", action="store_true", help="inductor's C++ wrapper (compiles 2-3x longer)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     blocks = nearest_num_blocks(args.layers, 8)
     cases = {"standard": {}}
-    for impl in ("lean", "fused"):
+    for impl in args.impls:
         cases[f"block_attnres {impl}"] = dict(residual="block_attnres", num_blocks=blocks, routing_impl=impl)
         cases[f"full_attnres {impl}"] = dict(residual="full_attnres", routing_impl=impl)
     decodings, compile_s = {}, {}
@@ -50,7 +54,7 @@ def main() -> None:
         model = AttnResLM(ModelConfig(vocab_size=4096, hidden_size=args.hidden, num_layers=args.layers,
                                       num_heads=max(1, args.hidden // 64), num_kv_heads=max(1, args.hidden // 128),
                                       intermediate_size=3 * args.hidden, max_seq_len=capacity + 64, **fields)).eval()
-        generator = FastGenerator(model, options={"cpp_wrapper": False})
+        generator = FastGenerator(model, options={"cpp_wrapper": args.cpp_wrapper})
         decoding = generator.start(torch.randint(0, 4096, (1, args.prompt)), max_new_tokens=capacity - args.prompt)
         begin = time.perf_counter()
         decoding.step()  # compiles
@@ -76,7 +80,8 @@ def main() -> None:
     machine = machine_info(torch.device("cpu"))
     print(f"{machine['device_name']}, {machine['cpu_capability']} kernels, native bf16: {machine['cpu_native_bf16']}; "
           f"fp32, {args.threads} threads, {args.layers} x {args.hidden}, prompt {args.prompt}; {args.rounds} rounds "
-          f"of {args.steps} steps; block_attnres with {blocks} blocks")
+          f"of {args.steps} steps; block_attnres with {blocks} blocks; inductor's "
+          f"{'C++' if args.cpp_wrapper else 'Python'} wrapper")
     print(f"{'model':22s} {'guards':13s} {'ms/token':>9s} {'x standard':>10s} {'compile s':>9s}")
     for name in decodings:
         for guards in ("all guards", "as generated"):
