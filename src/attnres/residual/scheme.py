@@ -58,7 +58,8 @@ class StreamState:
     partial: sum of the current block's outputs so far; None at a block start.
     routing: the weights of each mixer called so far, when recording.
     impl:    the routing implementation for this pass ("reference", "lean", "triton" or "fused").
-    inv_rms: fast paths: inv_rms of sources[i] (B, T), each computed once when first needed.
+    inv_rms: fast paths: inv_rms of sources[i] (B, T), each computed once when first needed (empty
+             with "fused", whose kernels compute them in their own passes).
     group:   two-phase paths: phase 1 of the current group's mixers (a block, or a chunk of
              per-sub-layer routers) over the sources completed before it, computed once, at the
              group's first sub-layer.

@@ -25,9 +25,8 @@ def resolve_impl(impl: str, device: torch.device) -> str:
     the fused extension is already built (auto never starts a build), except when compiling without
     gradients (a decode step): there the lean ops' plain PyTorch, which inductor fuses with the
     neighbouring norm, decoded faster than calls of the C++ kernels (docs/generation.md); else
-    "lean". An explicit
-    "fused" builds the extension if needed. Raises ValueError for an unknown name or an unusable
-    "triton" or "fused".
+    "lean". An explicit "fused" builds the extension if needed. Raises ValueError for an unknown
+    name or an unusable "triton" or "fused".
     """
     if impl not in IMPLS:
         raise ValueError(f"routing_impl must be one of {list(IMPLS)}, got {impl!r}")

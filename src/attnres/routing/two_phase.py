@@ -25,7 +25,7 @@ products and d sources), so a merge went through memory several times per source
 the op count itself dominated chunked routing (docs/fast-routing.md). The kernel reads the mixture and each
 source row once per token (and writes out once), keeping the row in L1 between its dot products and
 the weighted sum; with no inv given it computes the sources' inverse RMS in that same pass, so the
-scheme skips the partial block sum's `inv_rms` (completed sources keep their cached one).
+scheme runs no `inv_rms` under "fused" (neither for the partial block sum nor for completed sources).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def route_group(first: int, queries: Tensor, sources: list[Tensor], inv: list[Te
     in its kernel), in one call of implementation `impl`."""
     mixed, lse, weights = route_fast(queries, sources, inv, impl, eps=eps)
     # Unbound, not indexed: each select's backward would zero-fill a whole (S, B, T, D) gradient and
-    # autograd would add the S of them (a third of Block AttnRes's overhead); unbind's stacks them once.
+    # autograd would add the S of them (a fifth of Block AttnRes's overhead); unbind's stacks them once.
     return GroupRouting(first, tuple(RoutedPrefix(*parts, len(sources))
                                      for parts in zip(queries.unbind(), mixed.unbind(), lse.unbind(), weights.unbind())))
 
@@ -253,10 +253,6 @@ def merge_remaining(prefix: RoutedPrefix, sources: list[Tensor], eps: float, inv
         # backward (the next sub-layer's norm) would keep all S of them alive, so it gets its own copy.
         return replace(prefix, mixed=prefix.mixed.clone()) if torch.is_grad_enabled() else prefix
     known = list(inv[prefix.num_sources:]) if inv is not None else []
-    if len(known) == len(later):
-        later_inv = known
-    elif impl == "fused" and not known:
-        later_inv = None  # the kernel computes them in the pass that reads the rows anyway
-    else:
-        later_inv = known + [inv_rms(v, eps) for v in later[len(known):]]
+    # None: merge_sources computes them all (the fused kernel in the pass that reads the rows anyway).
+    later_inv = known + [inv_rms(v, eps) for v in later[len(known):]] if known else None
     return merge_sources(prefix, later, later_inv, need_weights, impl, eps)

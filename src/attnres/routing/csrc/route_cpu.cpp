@@ -952,7 +952,7 @@ std::tuple<std::vector<Tensor>, Tensor, Tensor, std::vector<Tensor>, std::vector
 //
 // `route` and `merge` are route_forward / merge_forward with their backward attached here, as C++
 // autograd nodes: eager training then runs no Python per routing call in either direction (a
-// Python autograd.Function cost about 0.1 ms a call each way, which was a third of Block AttnRes's
+// Python autograd.Function cost about 0.1 ms a call each way, about a third of Block AttnRes's
 // overhead at 24 x 256). What they save is what the Python functions save: the per-token weights
 // (and merge's output) with references to the inputs. Under torch.compile the Python custom ops
 // (fused_cpu.py) are used instead, since tracing needs their fake implementations.
@@ -962,37 +962,55 @@ using torch::autograd::variable_list;
 
 std::optional<Tensor> maybe(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
 
-std::vector<Tensor> slice(const variable_list& v, size_t begin, size_t count) {
-  return std::vector<Tensor>(v.begin() + begin, v.begin() + begin + count);
+// Both nodes save a few tensors of their own (`head`), then references to the sources and their inv.
+void save_inputs(AutogradContext* ctx, variable_list head, at::TensorList sources, at::TensorList inv) {
+  ctx->saved_data["head"] = static_cast<int64_t>(head.size());
+  ctx->saved_data["n"] = static_cast<int64_t>(sources.size());
+  head.insert(head.end(), sources.begin(), sources.end());
+  head.insert(head.end(), inv.begin(), inv.end());
+  ctx->save_for_backward(head);
+  ctx->set_materialize_grads(false);
+}
+
+struct SavedInputs {
+  variable_list head;
+  std::vector<Tensor> sources, inv;
+};
+
+SavedInputs saved_inputs(AutogradContext* ctx) {
+  const variable_list saved = ctx->get_saved_variables();
+  const auto head = saved.begin() + ctx->saved_data["head"].toInt();
+  const auto sources_end = head + ctx->saved_data["n"].toInt();
+  return {variable_list(saved.begin(), head), std::vector<Tensor>(head, sources_end),
+          std::vector<Tensor>(sources_end, saved.end())};
+}
+
+// One gradient per forward input, in order: `head`'s, d sources, d inv, then `trailing` undefined
+// ones for the non-tensor arguments.
+variable_list input_grads(variable_list head, const std::vector<Tensor>& grad_sources,
+                          const std::vector<Tensor>& grad_inv, size_t trailing) {
+  head.insert(head.end(), grad_sources.begin(), grad_sources.end());
+  head.insert(head.end(), grad_inv.begin(), grad_inv.end());
+  head.resize(head.size() + trailing);
+  return head;
 }
 
 struct RouteFunction : public torch::autograd::Function<RouteFunction> {
   static variable_list forward(AutogradContext* ctx, const Tensor& queries, at::TensorList sources,
                                at::TensorList inv, double eps, bool centered) {
     auto [mixed, lse, weights] = route_forward(queries, sources.vec(), inv.vec(), eps);
-    variable_list saved{queries, weights};
-    saved.insert(saved.end(), sources.begin(), sources.end());
-    saved.insert(saved.end(), inv.begin(), inv.end());
-    ctx->save_for_backward(saved);
-    ctx->saved_data["n"] = static_cast<int64_t>(sources.size());
+    save_inputs(ctx, {queries, weights}, sources, inv);
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["centered"] = centered;
-    ctx->set_materialize_grads(false);
     return {mixed, lse, weights};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const size_t n = ctx->saved_data["n"].toInt(), num_inv = saved.size() - 2 - n;
-    const std::vector<Tensor> sources = slice(saved, 2, n), inv = slice(saved, 2 + n, num_inv);
+    const SavedInputs in = saved_inputs(ctx);
     auto [grad_q, grad_sources, grad_inv] =
-        route_backward(saved[0], saved[1], sources, inv, maybe(grads[0]), maybe(grads[1]), maybe(grads[2]),
-                       ctx->saved_data["centered"].toBool(), ctx->saved_data["eps"].toDouble());
-    variable_list result{grad_q};
-    result.insert(result.end(), grad_sources.begin(), grad_sources.end());
-    result.insert(result.end(), grad_inv.begin(), grad_inv.end());
-    result.resize(result.size() + 2);  // eps, centered
-    return result;
+        route_backward(in.head[0], in.head[1], in.sources, in.inv, maybe(grads[0]), maybe(grads[1]),
+                       maybe(grads[2]), ctx->saved_data["centered"].toBool(), ctx->saved_data["eps"].toDouble());
+    return input_grads({grad_q}, grad_sources, grad_inv, 2);  // eps, centered
   }
 };
 
@@ -1000,30 +1018,20 @@ struct MergeFunction : public torch::autograd::Function<MergeFunction> {
   static variable_list forward(AutogradContext* ctx, const Tensor& mixed, const Tensor& lse, const Tensor& query,
                                at::TensorList sources, at::TensorList inv, double eps) {
     auto [out, total, keep, take] = merge_forward(mixed, lse, query, sources.vec(), inv.vec(), eps);
-    variable_list saved{query, out, keep, take};  // never the mixture
-    saved.insert(saved.end(), sources.begin(), sources.end());
-    saved.insert(saved.end(), inv.begin(), inv.end());
-    ctx->save_for_backward(saved);
-    ctx->saved_data["n"] = static_cast<int64_t>(sources.size());
+    save_inputs(ctx, {query, out, keep, take}, sources, inv);  // never the mixture
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["mixed_dtype"] = static_cast<int64_t>(mixed.scalar_type());
-    ctx->set_materialize_grads(false);
     return {out, total, keep, take};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const size_t n = ctx->saved_data["n"].toInt(), num_inv = saved.size() - 4 - n;
-    const std::vector<Tensor> sources = slice(saved, 4, n), inv = slice(saved, 4 + n, num_inv);
+    const SavedInputs in = saved_inputs(ctx);
     auto [grad_mixed, grad_lse, grad_q, grad_sources, grad_inv] = merge_backward(
-        saved[0], saved[1], saved[2], saved[3], sources, inv, maybe(grads[0]), maybe(grads[1]), maybe(grads[2]),
-        maybe(grads[3]), static_cast<ScalarType>(ctx->saved_data["mixed_dtype"].toInt()),
+        in.head[0], in.head[1], in.head[2], in.head[3], in.sources, in.inv, maybe(grads[0]), maybe(grads[1]),
+        maybe(grads[2]), maybe(grads[3]), static_cast<ScalarType>(ctx->saved_data["mixed_dtype"].toInt()),
         ctx->saved_data["eps"].toDouble());
-    variable_list result{grad_mixed.empty() ? Tensor() : grad_mixed[0], grad_lse, grad_q};
-    result.insert(result.end(), grad_sources.begin(), grad_sources.end());
-    result.insert(result.end(), grad_inv.begin(), grad_inv.end());
-    result.emplace_back();  // eps
-    return result;
+    return input_grads({grad_mixed.empty() ? Tensor() : grad_mixed[0], grad_lse, grad_q}, grad_sources, grad_inv,
+                       1);  // eps
   }
 };
 
