@@ -112,3 +112,24 @@ def test_router_module_paths_agree_including_gate():
 def test_unknown_impl_is_refused_by_name():
     with pytest.raises(ValueError, match="routing_impl must be one of"):
         Router(4)([torch.randn(1, 2, 4)], impl="fast")
+
+
+@pytest.mark.parametrize("rows, expect_matmul", [(1, False), (64, True)])
+def test_compiled_decode_rows_take_logits_as_a_fusable_sum(rows, expect_matmul):
+    """Compiling without gradients, a few token rows (a decode step) take their logits as a product and
+    a sum, which inductor fuses with the softmax (a matrix product stays one extern call per source);
+    many rows keep the matrix product. Both are the reference's function."""
+    queries, gains, *sources = (t.detach() for t in inputs(3, 4, torch.float32, shape=(1, rows, 16)))
+    graphs = []
+
+    def record(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    with torch.no_grad():
+        mixed, _, weights = torch.compile(lean, backend=record, fullgraph=True)(queries, gains, sources)
+    targets = {node.target for graph in graphs for node in graph.graph.nodes if node.op == "call_function"}
+    assert any(getattr(target, "__name__", "") == "matmul" for target in targets) == expect_matmul, targets
+    ref_mixed, ref_weights = reference(queries, gains, sources)
+    torch.testing.assert_close(mixed, ref_mixed, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(weights, ref_weights, rtol=1e-5, atol=1e-6)
