@@ -97,8 +97,8 @@ def inv_rms(source: Tensor, eps: float) -> Tensor:
 # ---------------------------------------------------------------- S routers over n shared sources
 
 # A compiled step with this many token rows or fewer (decoding: one per sequence) computes the logits
-# as a product and a sum, which inductor fuses with the softmax: a matrix product stays an extern
-# call per source, which cost Block AttnRes a tenth of its 24-layer decode step (docs/generation.md).
+# as a product and a sum, which inductor fuses with the softmax; a matrix product would stay one
+# extern MKL call per source, with the wrapper's buffers around it (docs/generation.md).
 FEW_ROWS = 16
 
 
