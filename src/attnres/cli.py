@@ -172,7 +172,8 @@ def _analyze(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     analyze(args.checkpoints, out, labels=args.labels, max_batches=args.max_batches, device=args.device,
-            command="attnres " + shlex.join(args.argv))
+            command="attnres " + shlex.join(args.argv), causal=args.causal or bool(args.causal_routers),
+            causal_routers=args.causal_routers, data=args.data, seq_len=args.seq_len, batch_size=args.batch_size)
     print(f"report: {out / 'summary.md'}, {out / 'index.html'} and {out / 'analysis.json'}")
     return 0
 
@@ -325,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
                                              "checkpoints on held-out batches; writes summary.md, index.html and "
                                              "analysis.json")
     analyze.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
-                         help="checkpoint directories (runs/X/checkpoints/step_N) or run directories (their latest)")
+                         help="checkpoint directories (runs/X/checkpoints/step_N), run directories (their latest) "
+                              "or, with --data, converted models' directories (`attnres convert` output)")
     analyze.add_argument("--out", default="reports/analyze", help="report folder (default: %(default)s)")
     analyze.add_argument("--max-batches", type=int, default=4,
                          help="held-out batches per checkpoint, of the run's batch size and seq_len "
@@ -333,6 +335,19 @@ def build_parser() -> argparse.ArgumentParser:
     analyze.add_argument("--labels", nargs="+", default=None, metavar="LABEL",
                          help="one display name per checkpoint (default: variant and step)")
     analyze.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    analyze.add_argument("--causal", action="store_true",
+                         help="also the causal check of routing: each router's sources ablated in turn (zero, token "
+                              "mean), the loss change against the routing mass (one forward pass per batch, router, "
+                              "source and ablation)")
+    analyze.add_argument("--causal-routers", type=int, nargs="+", default=None, metavar="R",
+                         help="the routers the causal check ablates (implies --causal; default: every router)")
+    analyze.add_argument("--data", default=None, metavar="SOURCE",
+                         help="held-out text for every checkpoint, tokenised by its own pretrained tokenizer: a "
+                              ".txt/.jsonl/.parquet file or folder, 'hf:<dataset>', 'demo' (required for a converted "
+                              "model's directory, `attnres convert` output; default: each run's own held-out split)")
+    analyze.add_argument("--seq-len", type=int, default=None,
+                         help="with --data: tokens per sequence (default: min(max_seq_len, 256))")
+    analyze.add_argument("--batch-size", type=int, default=4, help="with --data: sequences per batch (default: 4)")
     analyze.set_defaults(handler=_analyze)
     return parser
 

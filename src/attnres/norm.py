@@ -11,10 +11,14 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
     x: (..., D), weight: (D,) -> (..., D) in x's dtype (as Hugging Face's Qwen3/Llama RMSNorm).
     """
-    compute = torch.promote_types(x.dtype, torch.float32)
-    x32 = x.to(compute)
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * normed.to(x.dtype)
+    return weight * unit_rms(x, eps).to(x.dtype)
+
+
+def unit_rms(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last dim, without a gain: (..., D) -> (..., D) in x's dtype
+    promoted with fp32 (float64 stays float64)."""
+    x32 = x.to(torch.promote_types(x.dtype, torch.float32))
+    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
 
 
 class RMSNorm(nn.Module):

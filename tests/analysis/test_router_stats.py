@@ -123,3 +123,11 @@ def test_depth_stats_standard_has_no_entropy_and_old_dicts_still_load():
     assert len(old.pop("entropy")) == 5 and len(old.pop("effective_sources")) == 5
     loaded = DepthStats.from_dict(old)
     assert loaded.entropy == [] and loaded.effective_sources == []
+
+
+def test_entropy_of_unnormalised_sigmoid_weights_is_that_of_their_shares():
+    sigmoid = torch.tensor([[0.9, 0.9], [0.1, 0.3], [0.5, 0.0]])
+    shares = sigmoid / sigmoid.sum(-1, keepdim=True)
+    torch.testing.assert_close(routing_entropy(sigmoid), routing_entropy(shares))
+    torch.testing.assert_close(routing_entropy(sigmoid)[0], torch.tensor(math.log(2)))
+    assert routing_entropy(sigmoid)[2] == 0.0  # all the mass on one source

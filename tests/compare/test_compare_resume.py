@@ -67,6 +67,15 @@ def test_query_init_variant_sets_train_field_and_name(preset):
         variant_run(preset.run, {"residual": "standard", "lr": 1.0}, seed=0, out_dir="x")
 
 
+def test_a_variant_sets_router_ablations_as_model_fields_and_a_bad_one_is_refused_before_training(preset):
+    variant = {"residual": "full_attnres", "router_query": "input_dependent", "router_key_norm": False}
+    run = variant_run(preset.run, variant, seed=0, out_dir="x")
+    assert run.model["router_query"] == "input_dependent" and run.model["router_key_norm"] is False
+    assert variant_name(variant) == "full_attnres [input query] [no key norm]"
+    with pytest.raises(Exception, match="router_weights='sigmoid' is a router ablation"):
+        variant_run(preset.run, {"residual": "standard", "router_weights": "sigmoid"}, seed=0, out_dir="x")
+
+
 def test_shards_split_the_runs_and_a_last_call_reuses_them(preset, tmp_path, monkeypatch):
     trained, measured = count_training(monkeypatch), count_cost_measurements(monkeypatch)
     out = tmp_path / "cmp"

@@ -44,6 +44,7 @@ class Case:
     tie: bool = False
     num_layers: int = 4
     v_fold: bool = False         # the largest transition shrinks exactly V-fold (one block per stage)
+    router_query: str = "static"  # "input_dependent": the query reads the stream, which then travels
 
 
 CASES = [
@@ -59,6 +60,8 @@ CASES = [
     Case("block_attnres", 2, "gpipe", 1, [2], [2]),           # S=4: n(4)=2, no stream
     Case("full_attnres", None, "1f1b", 1, [5], [5]),           # S=1: n(4)=5, no stream
     Case("delta_block", 2, "1f1b", 1, [3], [3]),               # S=4: stream + n(4)=2
+    # an input-dependent query reads x_s, so "replace" mode sends the stream too: stream + n(4)=5
+    Case("full_attnres", None, "1f1b", 1, [6], [6], router_query="input_dependent"),
 ]
 # 4 ranks x 2 virtual stages, 8 layers (16 sub-layers), S=2: b=2,4,...,14, n(b)=1+b/2=2..8;
 # transitions k>=3 land on a rank whose stage k-3 ended at b=2(k-2): cached = n = k-1, so each
@@ -70,7 +73,7 @@ FOUR_RANKS = Case("block_attnres", 8, "interleaved1f1b", 2, [2, 3, 4, 5, 6, 7, 8
 def _model(case: Case) -> AttnResLM:
     config = ModelConfig(vocab_size=48, hidden_size=HIDDEN, num_layers=case.num_layers, num_heads=2, num_kv_heads=1,
                          intermediate_size=24, residual=case.residual, num_blocks=case.num_blocks,
-                         tie_embeddings=case.tie, max_seq_len=SEQ_LEN)
+                         tie_embeddings=case.tie, max_seq_len=SEQ_LEN, router_query=case.router_query)
     torch.manual_seed(0)
     model = AttnResLM(config)
     activate_routing(model.routers)  # non-uniform routing, so a wrong or missing source shows

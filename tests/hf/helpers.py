@@ -1,10 +1,14 @@
 """Shared steps of the conversion tests."""
 
+import random
+
 import torch
 import transformers
 
 import attnres.hf  # noqa: F401  (registers the Auto classes)
 from attnres.cli import main
+from attnres.data import train_bpe
+from tests.train.conftest import WORDS
 
 
 def assert_converts_to_source_logits(source_path, source_model, args, out, vocab_size):
@@ -46,3 +50,23 @@ def assert_generates_like_the_source(source_model, converted_dir, prompt, max_ne
     assert expected.shape[1] < prompt.shape[1] + max_new_tokens, "the source never reached EOS: a weak test"
     assert got.tolist() == expected.tolist()
     return loaded
+
+
+def tiny_source_and_corpus(root):
+    """(a tiny transformers Qwen3, seeded; a BPE tokenizer of its vocabulary size, trained on the corpus;
+    root/corpus, a folder of 40 text documents), for a test to save as it needs."""
+
+    corpus = root / "corpus"
+    corpus.mkdir()
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(WORDS) for _ in range(300)) for _ in range(40)]
+    for i, text in enumerate(texts):
+        (corpus / f"d{i:02d}.txt").write_text(text)
+    tokenizer = train_bpe(texts, vocab_size=300)
+    config = transformers.Qwen3Config(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                      max_position_embeddings=64, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    source = transformers.Qwen3ForCausalLM(config)
+    return source, tokenizer, corpus
+

@@ -7,27 +7,15 @@ import yaml
 transformers = pytest.importorskip("transformers")
 
 from attnres.cli import main  # noqa: E402
-from attnres.data import train_bpe  # noqa: E402
 from attnres.train.metrics import read_metrics  # noqa: E402
-from tests.train.conftest import WORDS  # noqa: E402
+from tests.hf.helpers import tiny_source_and_corpus  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     """A tiny transformers Qwen3 with a BPE tokenizer of its vocabulary size, and a text corpus."""
     root = tmp_path_factory.mktemp("finetune")
-    corpus = root / "corpus"
-    corpus.mkdir()
-    rng = __import__("random").Random(0)
-    texts = [" ".join(rng.choice(WORDS) for _ in range(300)) for _ in range(40)]
-    for i, text in enumerate(texts):
-        (corpus / f"d{i:02d}.txt").write_text(text)
-    tokenizer = train_bpe(texts, vocab_size=300)
-    config = transformers.Qwen3Config(vocab_size=300, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                      max_position_embeddings=64, tie_word_embeddings=True)
-    torch.manual_seed(0)
-    source = transformers.Qwen3ForCausalLM(config)
+    source, tokenizer, corpus = tiny_source_and_corpus(root)
     with torch.no_grad():  # realistic activation scales (method §4: RMSNorm eps)
         for p in source.parameters():
             p.mul_(10.0 if p.dim() > 1 else 1.0)

@@ -46,7 +46,9 @@ def test_analyze_writes_every_file_with_the_right_shapes(runs, cache, tmp_path, 
     analysis = json.loads((out / "analysis.json").read_text())
     block, standard = analysis["checkpoints"]
     assert [block["label"], standard["label"]] == ["block_attnres (N=2) step 6", "standard step 6"]
-    assert analysis["settings"] == {"max_batches": 2, "device": "cpu"}
+    assert analysis["settings"] == {"max_batches": 2, "device": "cpu", "causal": False, "causal_routers": None,
+                                    "data": None, "batch": None}
+    assert block["causal"] is None and standard["causal"] is None
 
     stats = block["depth_stats"]
     routers = 2 * LAYERS + 1
@@ -101,6 +103,33 @@ def test_analyze_writes_every_file_with_the_right_shapes(runs, cache, tmp_path, 
     # the cosine panels stack in one column of a figure no wider than any other
     cosines = captured_figures[f"cosines_{slug}.png"]
     assert len({round(ax.get_position().x0, 3) for ax in content_axes(cosines)}) == 1
+
+
+def test_the_causal_check_reports_every_chosen_router_with_its_figure(runs, cache, tmp_path, captured_figures):
+    _, dirs = runs
+    out = tmp_path / "report"
+    assert main(["analyze", str(dirs["block_attnres"]), str(dirs["standard"]), "--out", str(out),
+                 "--max-batches", "1", "--causal-routers", "2", "4"]) == 0
+    analysis = json.loads((out / "analysis.json").read_text())
+    assert analysis["settings"]["causal"] is True and analysis["settings"]["causal_routers"] == [2, 4]
+    block, standard = analysis["checkpoints"]
+    assert standard["causal"] is None  # no routers
+    causal = block["causal"]
+    assert [r["router"] for r in causal["routers"]] == [2, 4]
+    # the clean loss of the reference-routed model is the checkpoint's own validation loss
+    assert causal["clean_loss"] == pytest.approx(block["val_loss"], rel=1e-5)
+    for r in causal["routers"]:
+        names = block["depth_stats"]["source_names"][r["router"]]
+        assert r["source_names"] == names and len(r["mass"]) == len(names)
+        assert r["mass"] == pytest.approx(block["depth_stats"]["mean_weights"][r["router"]], abs=1e-6)
+        assert set(r["effect"]) == {"zero", "mean"} and all(len(v) == len(names) for v in r["effect"].values())
+        assert any(v != 0.0 for v in r["effect"]["zero"])  # ablating a source of a trained router matters
+    slug = "block_attnres-n-2-step-6"
+    assert f"figures/causal_{slug}.png" in analysis["figures"]
+    summary = (out / "summary.md").read_text()
+    assert "## Causal check of routing" in summary and f"figures/causal_{slug}.png" in summary
+    assert "| block_attnres (N=2) step 6 | zero |" in summary and "| block_attnres (N=2) step 6 | mean |" in summary
+    assert_readable("causal", captured_figures[f"causal_{slug}.png"], legend=True)
 
 
 def test_labels_and_duplicate_default_labels(runs, cache, tmp_path):

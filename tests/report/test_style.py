@@ -36,6 +36,14 @@ def test_a_style_depends_on_the_variant_only():
     assert first["linestyle"] != second["linestyle"]
 
 
+def test_each_router_ablation_has_its_own_look_in_its_residual_colour():
+    base = {"residual": "full_attnres"}
+    ablations = [{"router_query": "input_dependent"}, {"router_weights": "sigmoid"}, {"router_key_norm": False}]
+    looks = [look(style_of({**base, **a})) for a in ablations]
+    assert len(set(looks + [look(style_of(base))])) == 4
+    assert {style_of({**base, **a})["color"] for a in ablations} == {style_of(base)["color"]}
+
+
 def line_colors(fig):
     return {line.get_label(): matplotlib.colors.to_hex(line.get_color()) for ax in fig.axes for line in ax.get_lines()
             if not line.get_label().startswith("_")}

@@ -1,7 +1,8 @@
 """Per-router statistics of routing weights: entropy, effective number of sources, a token-mean summary.
 
-All functions take softmax weights over the depth axis, shape (B, T, n) (any leading shape works),
-each row non-negative and summing to 1, as returned with `AttnResLM(..., return_routing=True)`.
+All functions take routing weights over the depth axis, shape (B, T, n) (any leading shape works),
+each row non-negative, as returned with `AttnResLM(..., return_routing=True)`: softmax rows sum to 1;
+sigmoid routers' rows (the router_weights ablation) need not, and the entropies use their shares.
 """
 
 from __future__ import annotations
@@ -23,10 +24,14 @@ def routing_entropy(weights: torch.Tensor) -> torch.Tensor:
 
     weights (B, T, n) -> (B, T): H = -sum_i a_i ln a_i with 0 ln 0 = 0. One-hot rows give 0,
     uniform rows over n sources give ln n. Computed in fp32 (float64 input stays float64).
+    Rows are divided by their sum first, so sigmoid routers' weights (which need not sum to 1, the
+    router_weights ablation) give the entropy of each source's share of the routing mass.
     """
     if weights.dim() < 1 or weights.shape[-1] < 1:
         raise ValueError(f"weights must have a non-empty last (source) axis, got shape {tuple(weights.shape)}")
-    return torch.special.entr(_as_float(weights)).sum(-1)  # entr(x) = -x ln x, entr(0) = 0
+    weights = _as_float(weights)
+    shares = weights / weights.sum(-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+    return torch.special.entr(shares).sum(-1)  # entr(x) = -x ln x, entr(0) = 0
 
 
 def effective_sources(weights: torch.Tensor) -> torch.Tensor:

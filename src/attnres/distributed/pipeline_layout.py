@@ -3,7 +3,7 @@
 torch.distributed.pipelining exchanges a tuple of tensors with shapes fixed when the stages are
 built. Every transition's payload is known from the block layout alone, so it is fixed here:
 
-    payload(k -> k+1) = [x_b]       (modes "none" and "add": the running stream)
+    payload(k -> k+1) = [x_b]       (modes "none" and "add", and "replace" with an input-dependent query: the running stream)
                       + [partial]   (when a block spans the boundary)
                       + sources[first_sent : num_sources]
 
@@ -147,7 +147,8 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
     sizes = _layers_per_stage(model.num_layers, num_stages, config.layers_per_stage)
     bounds = tuple(sum(sizes[:j]) for j in range(num_stages + 1))
     policy = source_policy(model.residual, model.num_layers, model.num_blocks, model.exact_conversion)
-    mode = VARIANTS[model.residual].mode
+    # The running stream travels where the scheme keeps one (ResidualScheme.keeps_stream).
+    keeps_stream = VARIANTS[model.residual].mode != "replace" or model.router_query == "input_dependent"
     size = 1 if policy is None else policy.block_size
     if not config.allow_partial_blocks and size > 1:
         allowed = [layer for layer in range(1, model.num_layers) if (2 * layer) % size == 0]
@@ -167,7 +168,7 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
         b = 2 * bounds[k + 1]
         previous = k + 1 - num_ranks  # the receiving rank's earlier stage, if any
         first_sent = completed(2 * bounds[previous + 1]) if config.cache and previous >= 0 else 0
-        edges.append(Edge(boundary=b, has_stream=mode != "replace",
+        edges.append(Edge(boundary=b, has_stream=keeps_stream,
                           has_partial=policy is not None and b % size != 0,
                           num_sources=completed(b), first_sent=first_sent))
     return StageLayout(num_ranks=num_ranks, layer_bounds=bounds, edges=tuple(edges))

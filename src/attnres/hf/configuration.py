@@ -36,6 +36,9 @@ class AttnResConfig(PreTrainedConfig):
     initializer_range: float = 0.02
     routing_impl: str = "auto"
     routing_chunk_size: int | None = None
+    router_query: str = "static"
+    router_weights: str = "softmax"
+    router_key_norm: bool = True
     use_cache: bool = True
     # Special tokens (eos may be a list): carried from a converted model's source or a training run's
     # tokenizer, so generate() stops at the end of sequence and pads with the right id.

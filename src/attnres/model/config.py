@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number
-from attnres.residual import VARIANTS, check_chunk_size, check_residual, valid_num_blocks
+from attnres.residual import VARIANTS, check_chunk_size, check_residual, check_router_options, valid_num_blocks
 from attnres.routing import IMPLS
 
 # The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
@@ -17,6 +17,10 @@ HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads
             "num_kv_heads": "num_key_value_heads", "tie_embeddings": "tie_word_embeddings",
             "rope_theta": "attnres_rope_theta", "norm_eps": "rms_norm_eps",
             "max_seq_len": "max_position_embeddings", "init_std": "initializer_range"}
+
+
+# The router ablations' fields (method §7): a variant of a comparison may set them.
+ROUTER_ABLATION_FIELDS = ("router_query", "router_weights", "router_key_norm")
 
 
 class ConfigError(ValueError):
@@ -38,6 +42,10 @@ class ModelConfig:
     `routing_chunk_size` (full_attnres and delta_attnres only) is the number of consecutive routers
     that the fast paths route together (chunked two-phase routing, docs/fast-routing.md); None picks
     round(sqrt(number of routers)), 1 routes every router alone. It never changes the function either.
+    `router_query` ("static" | "input_dependent"), `router_weights` ("softmax" | "sigmoid") and
+    `router_key_norm` are the Kimi paper's router ablations (method §7, `attnres.routing.Router`),
+    for routed variants only; the defaults are the method. Ablated routers compute with the
+    reference code (docs/ablation.md).
     """
 
     vocab_size: int
@@ -59,6 +67,9 @@ class ModelConfig:
     init_std: float = 0.02
     routing_impl: str = "auto"
     routing_chunk_size: int | None = None
+    router_query: str = "static"
+    router_weights: str = "softmax"
+    router_key_norm: bool = True
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -84,6 +95,8 @@ class ModelConfig:
         check_choice(self.routing_impl, "ModelConfig.routing_impl", IMPLS, error=ConfigError)
         check_residual(self.residual, self.num_layers, self.num_blocks, self.exact_conversion,
                        prefix="ModelConfig.", error=ConfigError)
+        check_router_options(self.residual, self.router_query, self.router_weights, self.router_key_norm,
+                             self.routing_impl, prefix="ModelConfig.", error=ConfigError)
         self._check_chunk_size()
 
     def _check_chunk_size(self) -> None:
@@ -128,7 +141,7 @@ class ModelConfig:
 
 def variant_name(fields: dict) -> str:
     """Display name of a residual variant from ModelConfig fields (residual, num_blocks,
-    exact_conversion) and a comparison's query_init, e.g. "block_attnres (N=4)",
+    exact_conversion, the router ablations) and a comparison's query_init, e.g. "block_attnres (N=4)",
     "delta_block (N=2) [gate]" or "block_attnres (N=8) [q~N(0,0.02)]"."""
     name = fields["residual"]
     if fields.get("num_blocks"):
@@ -137,5 +150,19 @@ def variant_name(fields: dict) -> str:
         name += f" [{fields['exact_conversion']}]"
     if fields.get("query_init") == "normal":
         name += " [q~N(0,0.02)]"
+    for ablation in router_ablation_labels(fields):
+        name += f" [{ablation}]"
     return name
+
+
+def router_ablation_labels(fields: dict) -> list[str]:
+    """Short labels of the router ablations set in ModelConfig fields, e.g. ["input query", "sigmoid"]."""
+    labels = []
+    if fields.get("router_query", "static") != "static":
+        labels.append("input query")
+    if fields.get("router_weights", "softmax") != "softmax":
+        labels.append(fields["router_weights"])
+    if fields.get("router_key_norm", True) is False:
+        labels.append("no key norm")
+    return labels
 

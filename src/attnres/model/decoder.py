@@ -51,7 +51,9 @@ class AttnResLM(nn.Module):
         self.residual: ResidualScheme = build_residual(
             config.residual, num_layers=config.num_layers, hidden_size=config.hidden_size,
             num_blocks=config.num_blocks, exact_conversion=config.exact_conversion, eps=config.norm_eps,
-            routing_impl=config.routing_impl, chunk_size=config.routing_chunk_size)
+            routing_impl=config.routing_impl, chunk_size=config.routing_chunk_size,
+            router_query=config.router_query, router_weights=config.router_weights,
+            router_key_norm=config.router_key_norm)
         self.reset_parameters()
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight

@@ -142,3 +142,44 @@ def plot_entropy_by_depth(entropy: dict[str, Sequence[float | None]],
         plots.legend(axes[0], drawn)
         fig.suptitle(wrapped(title))
         return plots.save_figure(fig, path)
+
+
+def plot_causal_routing(routers: Sequence[dict], path, title: str) -> Path:
+    """The causal check of one checkpoint (`attnres.analysis.causal`): routing mass against causal effect.
+
+    routers: `RouterCausality.to_dict()` entries. Top panels (one per ablation kind): every (router,
+    source) pair as a point, mean routing weight on x, loss change when the source is ablated at that
+    router on y, coloured by router index (dark: shallow, light: deep). Bottom panel: each router's
+    Spearman rho between mass and effect, one line per ablation kind (None: not drawn).
+    """
+    kinds = [k for k in ("zero", "mean") if routers and k in routers[0]["effect"]]
+    count = max((r["router"] for r in routers), default=0) + 1
+    cmap = matplotlib.colormaps["viridis"]
+    with matplotlib.rc_context(STYLE):
+        fig, axes = plots.new_figure(4.2 * len(kinds) + 4.4, rows=len(kinds) + 1)
+        for ax, kind in zip(axes, kinds):
+            for r in routers:
+                ax.scatter(r["mass"], r["effect"][kind], s=18, color=cmap(r["router"] / max(count - 1, 1)),
+                           edgecolors="none")
+            ax.axhline(0.0, color="0.6", linewidth=0.8)
+            ax.set(title=f"source replaced by {'zero' if kind == 'zero' else 'its token mean'}",
+                   xlabel="routing mass (mean weight on the source)", ylabel="loss change (nats/token)")
+        norm = matplotlib.colors.Normalize(0, max(count - 1, 1))
+        fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes[:len(kinds)], label="router index")
+        ax = axes[-1]
+        drawn = 0
+        for kind, marker in zip(kinds, ("o", "s")):
+            points = [(r["router"], r["rank_correlation"][kind]) for r in routers
+                      if r["rank_correlation"][kind] is not None]
+            if points:
+                ax.plot(*zip(*points), marker=marker, label=f"{kind} ablation")
+                drawn += 1
+        if not drawn:
+            plots.empty_note(ax, "no router with three or more sources and varying mass")
+        ax.axhline(0.0, color="0.6", linewidth=0.8)
+        ax.set_ylim(-1.05, 1.05)
+        ax.set(title="rank correlation of mass and effect, per router", xlabel="router index",
+               ylabel="Spearman rho")
+        plots.legend(ax, drawn)
+        fig.suptitle(wrapped(title))
+        return plots.save_figure(fig, path)

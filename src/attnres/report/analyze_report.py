@@ -16,6 +16,8 @@ SUMMARY_HEADER = ["checkpoint", "variant", "step", "val loss", "perplexity", "ma
                   "max weight (deepest third)", "mean entropy (nats)", "entropy / ln n", "effective sources",
                   "mean grad RMS"]
 FILES_HEADER = ["checkpoint", "path", "layers x width", "parameters", "batches", "tokens"]
+CAUSAL_HEADER = ["checkpoint", "ablation", "routers with rho", "mean rho", "positive rho", "largest effect (nats)",
+                 "at router / source"]
 
 
 def cosine_routers(source_names: list[list[str]]) -> list[int]:
@@ -112,6 +114,16 @@ def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dic
                                   "All routers' matrices are in analysis.json.")
         else:
             notes.append(f"{e['label']}: no router with two or more sources, so no cosine matrices.")
+        if e.get("causal"):
+            rel = f"figures/causal_{name}.png"
+            analyze_plots.plot_causal_routing(e["causal"]["routers"], out_dir / rel,
+                                              f"Routing mass against causal effect: {e['label']}")
+            figures["causal"] = (rel, f"routing mass against causal effect of {e['label']}",
+                                 f"{e['label']}: each point is one source of one router; x is the router's mean "
+                                 "weight on it, y the change of the held-out loss when that router alone sees it "
+                                 "replaced (by zero, then by its mean over the batch's tokens). If routing mass "
+                                 "tracked importance, points would rise to the right; the bottom panel gives each "
+                                 "router's Spearman rho (routers with three or more sources and varying mass).")
         per_label[e["label"]] = figures
     return shared, per_label, notes
 
@@ -123,6 +135,22 @@ def summary_row(entry: dict) -> list[str]:
             fmt(entry["val_ppl"], ".2f"), fmt(s["max_weight"], ".3f"), fmt(s["max_weight_deep"], ".3f"),
             fmt(s["mean_entropy"], ".3f"), fmt(s["mean_normalized_entropy"], ".3f"),
             fmt(s["mean_effective_sources"], ".2f"), fmt(s["mean_grad_norm"], ".3g")]
+
+
+def causal_rows(entry: dict) -> list[list[str]]:
+    """Rows of the causal-check table for one checkpoint: per ablation kind, the routers with a rank
+    correlation, their mean, how many are positive, and the largest loss change with where it is."""
+    causal = entry.get("causal")
+    if not causal:
+        return []
+    rows = []
+    for kind, summary in causal["summary"].items():
+        effects = [(effect, r["router"], r["source_names"][i]) for r in causal["routers"]
+                   for i, effect in enumerate(r["effect"][kind])]
+        effect, router, source = max(effects) if effects else (None, "-", "-")
+        rows.append([entry["label"], kind, str(summary["routers"]), fmt(summary["mean_rank_correlation"], ".3f"),
+                     f"{summary['positive']} of {summary['routers']}", fmt(effect, ".4f"), f"{router} / {source}"])
+    return rows
 
 
 def _document(analysis: dict, shared: list[tuple], per_label: dict[str, dict], notes: list[str]) -> list[tuple]:
@@ -154,6 +182,16 @@ def _document(analysis: dict, shared: list[tuple], per_label: dict[str, dict], n
     if cosines:
         blocks.append(("h2", "Source cosine similarity"))
         blocks += [("figure", *figure) for figure in cosines]
+    causal = [e for e in entries if e.get("causal")]
+    if causal:
+        blocks += [("h2", "Causal check of routing"),
+                   ("p", "Each source of each router replaced, at that router alone, by zero or by its mean over "
+                         "the batch's tokens; the effect is the held-out loss change (ablated minus clean, "
+                         "nats/token, the same batches, reference routing). Rho: Spearman's rank correlation "
+                         "between a router's mean weights and its sources' effects; positive where routing mass "
+                         "follows importance. Per-router values are in analysis.json."),
+                   ("table", CAUSAL_HEADER, [row for e in causal for row in causal_rows(e)], True)]
+        blocks += [("figure", *per_label[e["label"]]["causal"]) for e in causal if "causal" in per_label[e["label"]]]
     if notes:
         blocks.append(("h2", "Notes"))
         blocks += [("p", note) for note in notes]
@@ -179,7 +217,8 @@ def write_analysis_report(analysis: dict, out_dir: Path) -> dict:
         e.setdefault("cosine_routers", [])
         e["figures"] = {kind: figure[0] for kind, figure in per_label.get(e["label"], {}).items()}
     every = ([f[0] for f in shared] + [figures["routing"][0] for figures in per_label.values()]
-             + [figures["cosines"][0] for figures in per_label.values() if "cosines" in figures])
+             + [figures["cosines"][0] for figures in per_label.values() if "cosines" in figures]
+             + [figures["causal"][0] for figures in per_label.values() if "causal" in figures])
     full = jsonable({**analysis, "figures": every, "notes": notes})
     blocks = _document(analysis, shared, per_label, notes)
     write_atomic(out_dir / "analysis.json", dumps_json(full) + "\n")

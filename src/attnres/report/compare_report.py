@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
+from attnres.model.config import router_ablation_labels
 from attnres.report.compare_summary import BASELINE, run_depth_stats, summarize
 from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
 from attnres.report.names import slug, unique_name
@@ -233,8 +234,11 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
     blocks += [("p", f"Created {results.get('created', '-')} on {machine_text or '-'}; seeds {seeds or '-'}.")]
     code_path = results.get("code_path")
     if code_path:
+        ablated = [name for name, entry in summary.items() if router_ablation_labels(entry)]
+        note = (f" Variants with router ablations ({', '.join(ablated)}) route with the reference code, "
+                f"which the fast paths do not serve (docs/method.md §7.1)." if ablated else "")
         blocks.append(("p", f"Code path: routing {code_path['routing']} (routing_impl={code_path['routing_impl']}), "
-                            f"precision {code_path['precision']}."))
+                            f"precision {code_path['precision']}.{note}"))
     blocks += [("code", results.get("command", "")),
                ("h2", "Settings"), ("table", ["section", "settings"], _settings_rows(results.get("settings", {})), False),
                ("h2", "Results"),

@@ -12,6 +12,7 @@ import numbers
 from attnres.analysis.intervals import ci95_halfwidth, mean, sample_std
 from attnres.analysis.sharpness import summarize_max_weights
 from attnres.common.timing import ratio, ratio_spread, round_ratios
+from attnres.model.config import ROUTER_ABLATION_FIELDS
 
 BASELINE = "standard"
 REQUIRED_VARIANT_KEYS = ("name", "residual", "runs")
@@ -112,6 +113,7 @@ def _summarize_variant(variant: dict, baseline: dict) -> dict:
     deep = [d for d in deep if d is not None]
     out = {"residual": variant["residual"], "num_blocks": variant.get("num_blocks"),
            "exact_conversion": variant.get("exact_conversion"), "query_init": variant.get("query_init"),
+           **{key: variant[key] for key in ROUTER_ABLATION_FIELDS if key in variant},
            "seeds": [r["seed"] for r in runs],
            "val_loss_mean": mean(losses), "val_loss_std": sample_std(losses), "val_loss_ci95": ci95_halfwidth(losses),
            "ppl_mean": mean(ppl), "ppl_std": sample_std(ppl), "ppl_ci95": ci95_halfwidth(ppl)}
@@ -134,7 +136,7 @@ def summarize(results: dict) -> dict:
     the deepest third of multi-source routers; None if none), max_weight_by_depth and
     hidden_rms_by_depth (per router / per depth, mean over seeds), val_curve and train_curve
     ([[step, mean, std], ...] over seeds), plus residual, num_blocks, exact_conversion, query_init
-    (the variant's fields, for its figure style) and seeds.
+    and the router ablations it sets (the variant's fields, for its figure style) and seeds.
     Raises ValueError if `standard` is missing or a run lacks a required key.
     """
     variants = _checked_variants(results)

@@ -5,7 +5,8 @@ query_init), never of which other variants a figure happens to draw, so orange i
 the comparison report, in `attnres analyze` and in the study's figures alike. The colour comes from
 the residual; block counts shade it (fewer blocks lighter, more darker) and change the marker;
 `exact_conversion` and `query_init: normal` change the line style (and hollow the marker), so the
-13 variants of the study preset stay apart.
+13 variants of the study preset stay apart; each router ablation (method §7) has its own line style
+and marker.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import math
 import zlib
 
 from matplotlib.colors import to_hex, to_rgb
+
+from attnres.model.config import router_ablation_labels
 
 # The built-in residuals; tab10 colours, standard in dark grey as the neutral reference.
 RESIDUAL_COLORS = {"standard": "#4d4d4d", "full_attnres": "#1f77b4", "block_attnres": "#ff7f0e",
@@ -24,6 +27,9 @@ BLOCK_MARKERS = {None: "o", 1: "v", 2: "^", 4: "s", 8: "D", 16: "P", 32: "X"}
 SPARE_MARKERS = ("<", ">", "h", "p", "*", "8", "d")
 LINESTYLES = {None: "-", "gate": "-.", "partial": ":"}
 NORMAL_QUERY_LINESTYLE = "--"
+# Router ablations (labels of `router_ablation_labels`): (line style, marker); the first set wins.
+ABLATION_LOOKS = {"input query": ((0, (3, 1, 1, 1, 1, 1)), "*"), "sigmoid": ((0, (1, 1)), "d"),
+                  "no key norm": ((0, (5, 2)), "p")}
 SHADE_PER_DOUBLING = 0.15  # how much lighter each halving of num_blocks below 8 makes the colour
 BASE_BLOCKS = 8  # the block count drawn in the residual's own colour (the papers' usual N)
 
@@ -40,7 +46,7 @@ def _shade(color: str, amount: float) -> str:
 
 
 def variant_style(residual: str, num_blocks: int | None = None, exact_conversion: str | None = None,
-                  query_init: str | None = None) -> dict:
+                  query_init: str | None = None, router_ablations: tuple[str, ...] = ()) -> dict:
     """Matplotlib keyword arguments of one variant's lines and points: {"color", "marker", "linestyle",
     "markerfacecolor"} (bars use "color"). The same variant gets the same style in every figure."""
     color = RESIDUAL_COLORS.get(residual) or _stable_pick(SPARE_COLORS, residual)
@@ -53,6 +59,9 @@ def variant_style(residual: str, num_blocks: int | None = None, exact_conversion
     normal_queries = query_init == "normal"
     if normal_queries:
         linestyle = NORMAL_QUERY_LINESTYLE
+    for label in router_ablations:
+        linestyle, marker = ABLATION_LOOKS.get(label, (linestyle, marker))
+        break
     return {"color": color, "marker": marker, "linestyle": linestyle,
             "markerfacecolor": "white" if normal_queries or exact_conversion else color}
 
@@ -60,9 +69,9 @@ def variant_style(residual: str, num_blocks: int | None = None, exact_conversion
 def style_of(fields: dict) -> dict:
     """`variant_style` of a mapping with the variant's fields (a preset variant, a comparison summary
     entry, an `attnres analyze` checkpoint entry): residual, and optionally num_blocks,
-    exact_conversion, query_init."""
+    exact_conversion, query_init and the router ablations (router_query, router_weights, router_key_norm)."""
     return variant_style(fields["residual"], fields.get("num_blocks"), fields.get("exact_conversion"),
-                         fields.get("query_init"))
+                         fields.get("query_init"), tuple(router_ablation_labels(fields)))
 
 
 REPEAT_LINESTYLES = ("--", ":", "-.", (0, (5, 1, 1, 1)))

@@ -4,8 +4,9 @@ and the variant table naming every `residual` value. The scheme is also the drop
 from attnres.residual.policy import SourcePolicy, valid_num_blocks
 from attnres.residual.scheme import MODES, ResidualScheme, StreamState, check_chunk_size
 from attnres.residual.variants import (VARIANTS, Variant, block_variants, build_residual, check_residual,
+                                       check_router_options, router_options,
                                        register_variant, source_policy, unregister_variant)
 
 __all__ = ["MODES", "VARIANTS", "ResidualScheme", "SourcePolicy", "StreamState", "Variant", "block_variants",
-           "build_residual", "check_chunk_size", "check_residual", "register_variant", "source_policy", "unregister_variant",
+           "build_residual", "check_chunk_size", "check_residual", "check_router_options", "register_variant", "router_options", "source_policy", "unregister_variant",
            "valid_num_blocks"]

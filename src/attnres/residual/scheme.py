@@ -53,7 +53,8 @@ def check_chunk_size(chunk_size: int | None, num_routers: int, per_sublayer: boo
 class StreamState:
     """What flows between sub-layers during one forward pass.
 
-    stream:  x_s, the running sum e + sum of outputs (modes "none" and "add"); None in "replace".
+    stream:  x_s, the running sum e + sum of outputs (modes "none" and "add", and "replace" when a
+             mixer reads it); else None.
     sources: snapshots of completed sources, [e, block 1, block 2, ...], each (B, T, D).
     partial: sum of the current block's outputs so far; None at a block start.
     routing: the weights of each mixer called so far, when recording.
@@ -95,7 +96,7 @@ class ResidualScheme(nn.Module):
 
     def __init__(self, num_sublayers: int, mode: str, policy: SourcePolicy | None, hidden_size: int, eps: float,
                  mixer: type[DepthMixer] = Router, gated: bool = False, impl: str = "auto",
-                 chunk_size: int | None = None) -> None:
+                 chunk_size: int | None = None, mixer_options: dict | None = None) -> None:
         super().__init__()
         check_choice(mode, "mode", MODES)
         if (mode == "none") != (policy is None):
@@ -109,8 +110,11 @@ class ResidualScheme(nn.Module):
         self.mode = mode
         self.policy = policy
         num_mixers = 0 if mode == "none" else num_sublayers + (mode == "replace")
-        options = {"gated": True} if gated else {}
+        options = {**({"gated": True} if gated else {}), **(mixer_options or {})}
         self.routers = nn.ModuleList(mixer(hidden_size, eps, **options) for _ in range(num_mixers))
+        # x_s, the standard residual stream: the stream of modes "none" and "add", and in "replace"
+        # what an input-dependent query reads (mixers with needs_stream).
+        self.keeps_stream = mode != "replace" or any(m.needs_stream for m in self.routers)
         per_sublayer = policy is not None and policy.block_size == 1
         check_chunk_size(chunk_size, num_mixers, per_sublayer)
         self.chunk_size = chunk_size or (auto_chunk_size(num_mixers) if per_sublayer else 1)
@@ -121,13 +125,14 @@ class ResidualScheme(nn.Module):
 
     def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
         """Initial state from the token embedding e (B, T, D)."""
-        return self.resume(None if self.mode == "replace" else embedding,
+        return self.resume(embedding if self.keeps_stream else None,
                            [] if self.mode == "none" else [embedding], None, record_routing)
 
     def resume(self, stream: torch.Tensor | None, sources: list[torch.Tensor], partial: torch.Tensor | None,
                record_routing: bool = False) -> StreamState:
         """A state part-way through the sub-layers, e.g. rebuilt by a pipeline stage from what it
-        received: x_s (B, T, D) or None in "replace" mode, the completed sources, the partial or None."""
+        received: x_s (B, T, D), or None when the scheme keeps no stream (`keeps_stream`: mode
+        "replace" without a mixer that reads it), the completed sources, the partial or None."""
         device = (stream if stream is not None else sources[0]).device
         return StreamState(stream=stream, sources=sources, partial=partial,
                            routing=[] if record_routing and self.mode != "none" else None,
@@ -179,7 +184,8 @@ class ResidualScheme(nn.Module):
         mixer = self.routers[index]
         record = state.routing is not None
         if not mixer.static_query:
-            mixed, weights = mixer(sources, need_weights=record)
+            extra = {"stream": state.stream} if mixer.needs_stream else {}
+            mixed, weights = mixer(sources, need_weights=record, **extra)
         elif state.impl == "reference":
             mixed, weights = mixer(sources, need_weights=record, impl="reference")
         else:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnres.common.checks import check_choice, is_int
+from attnres.common.checks import check_bool, check_choice, is_int
 from attnres.residual.policy import SourcePolicy, valid_num_blocks
 from attnres.residual.scheme import MODES, ResidualScheme
-from attnres.routing import IMPLS, DepthMixer, Router
+from attnres.routing import IMPLS, QUERY_KINDS, WEIGHT_KINDS, DepthMixer, Router
 
 SOURCE_KINDS = ("none", "sublayers", "blocks")
 # What each exact_conversion value (method §4) changes: a zero-initialised gate on every mixer, or
@@ -126,6 +126,38 @@ def check_residual(residual: str, num_layers: int, num_blocks: int | None = None
                      error=error)
 
 
+def check_router_options(residual: str, query: str = "static", weights: str = "softmax", key_norm: bool = True,
+                         routing_impl: str = "auto", *, prefix: str = "", error: type[Exception] = ValueError) -> None:
+    """Raise `error` naming the field (`prefix` + router_query / router_weights / router_key_norm /
+    routing_impl) and the allowed values unless the router ablations (method §7) are valid for
+    `residual`: any value for a routed variant, only the defaults for one without routers. Ablated
+    routers compute with the reference code, so they take routing_impl "auto" or "reference" only."""
+    check_choice(query, f"{prefix}router_query", QUERY_KINDS, error=error)
+    check_choice(weights, f"{prefix}router_weights", WEIGHT_KINDS, error=error)
+    check_bool(key_norm, f"{prefix}router_key_norm", error=error)
+    ablated = router_options(query, weights, key_norm)
+    if not ablated:
+        return
+    name, value = next(iter(ablated.items()))
+    if VARIANTS[residual].mode == "none":
+        routed = [n for n, v in VARIANTS.items() if v.mode != "none"]
+        default = {"query": "static", "weights": "softmax", "key_norm": True}[name]
+        raise error(f"{prefix}router_{name}={value!r} is a router ablation and applies only to residual in "
+                    f"{routed}; residual={residual!r} has no routers (leave it {default!r})")
+    if routing_impl not in ("auto", "reference"):
+        raise error(f"{prefix}routing_impl={routing_impl!r}: routers with router_{name}={value!r} compute with "
+                    f"the reference code (the fast paths serve the method's router only); allowed values: "
+                    f"'auto', 'reference'")
+
+
+def router_options(query: str = "static", weights: str = "softmax", key_norm: bool = True) -> dict:
+    """The mixer options (`DepthMixer` contract) for the router ablations: only the non-default ones,
+    so a mixer without ablations is built exactly as before."""
+    options = {"query": query, "weights": weights, "key_norm": key_norm}
+    defaults = {"query": "static", "weights": "softmax", "key_norm": True}
+    return {name: value for name, value in options.items() if value != defaults[name]}
+
+
 def source_policy(residual: str, num_layers: int, num_blocks: int | None = None,
                   exact_conversion: str | None = None) -> SourcePolicy | None:
     """The SourcePolicy of a (valid) variant, None for one without sources."""
@@ -141,7 +173,8 @@ def source_policy(residual: str, num_layers: int, num_blocks: int | None = None,
 
 def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: int, num_blocks: int | None = None,
                    exact_conversion: str | None = None, eps: float = 1e-6,
-                   routing_impl: str = "auto", chunk_size: int | None = None) -> ResidualScheme:
+                   routing_impl: str = "auto", chunk_size: int | None = None, router_query: str = "static",
+                   router_weights: str = "softmax", router_key_norm: bool = True) -> ResidualScheme:
     """The ResidualScheme of a variant for a model of `num_layers` layers (2 * num_layers sub-layers,
     attention and MLP alternating) of width `hidden_size` (method §3 and §4).
 
@@ -154,13 +187,17 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
     eps: the RMSNorm epsilon of the routers' keys. routing_impl: one of `attnres.routing.IMPLS`.
     chunk_size: full_attnres and delta_attnres only: routers per chunk of two-phase routing (None:
     `auto_chunk_size`, round(sqrt(number of routers))); how routing is computed, never what.
+    router_query ("static" | "input_dependent"), router_weights ("softmax" | "sigmoid"),
+    router_key_norm: the Kimi router ablations (method §7, `Router`), routed variants only.
     Raises ValueError naming the argument for an invalid combination. The scheme is the drop-in API
     for a model loop of one's own (docs/drop-in.md).
     """
     check_residual(residual, num_layers, num_blocks, exact_conversion)
     check_choice(routing_impl, "routing_impl", IMPLS)
+    check_router_options(residual, router_query, router_weights, router_key_norm, routing_impl)
     variant = VARIANTS[residual]
     return ResidualScheme(2 * num_layers, variant.mode,
                           source_policy(residual, num_layers, num_blocks, exact_conversion),
                           hidden_size, eps, mixer=variant.mixer, gated=exact_conversion == "gate",
-                          impl=routing_impl, chunk_size=chunk_size)
+                          impl=routing_impl, chunk_size=chunk_size,
+                          mixer_options=router_options(router_query, router_weights, router_key_norm))

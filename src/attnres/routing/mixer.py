@@ -14,10 +14,16 @@ declares what more it can use from the scheme with class attributes:
   `attnres.routing.IMPLS`), `inv=` (each source's inverse RMS (B, T), cached by the scheme) and
   `prefix=` (a `RoutedPrefix`: phase-1 routing over its first sources, computed for a whole group of
   mixers at once). The scheme then uses the fast and two-phase paths. Default False: the scheme
-  calls `mixer(sources, need_weights=...)` and nothing else.
+  calls `mixer(sources, need_weights=...)` and nothing else. (A property where it depends on the
+  mixer's options, as for the Router's ablations.)
+- `needs_stream = True`: forward also takes `stream=` x_s (B, T, D), the sub-layer's current input
+  (the standard residual stream e + sum of earlier outputs), which the scheme then keeps also in
+  mode "replace". Default False.
 
-Mixers are built as `Mixer(hidden_size, eps, gated=False)`; `gated` asks for a zero-initialised
-scalar gate on the output (method §4's exact conversion), which a mixer may refuse with a ValueError.
+Mixers are built as `Mixer(hidden_size, eps, gated=False, **options)`; `gated` asks for a
+zero-initialised scalar gate on the output (method §4's exact conversion), which a mixer may refuse
+with a ValueError. `options` are the router ablations (`query`, `weights`, `key_norm`, method §7),
+passed only when a config sets them; a mixer without them refuses them by raising TypeError or ValueError.
 Every parameter of a mixer is a routing parameter: the optimizer gives them their own group and
 conversion from a standard checkpoint leaves them at `reset_parameters()`.
 """
@@ -35,6 +41,7 @@ class DepthMixer(nn.Module):
     """Base class of depth-mixing modules; see the module docstring for the contract."""
 
     static_query: ClassVar[bool] = False
+    needs_stream: ClassVar[bool] = False
 
     def forward(self, sources: Sequence[torch.Tensor], need_weights: bool = True,
                 **fast) -> tuple[torch.Tensor, torch.Tensor | None]:

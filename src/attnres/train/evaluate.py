@@ -13,8 +13,8 @@ from attnres.common.precision import autocast
 from attnres.data import PreparedData, eval_batches, prepare_data
 from attnres.distributed.checkpointer import restore_model
 from attnres.model import AttnResLM
-from attnres.train.init import build_model
-from attnres.train.run_config import RunConfig
+from attnres.train.init import build_model, load_initial_weights
+from attnres.train.run_config import RunConfig, RunConfigError, finetune_defaults, pretrained_model_fields
 
 
 @torch.no_grad()
@@ -91,6 +91,37 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> LoadedCheckpoint:
     model = build_model(run, data.tokenizer.vocab_size, torch.device(device))
     restore_model(checkpoint, model)
     return LoadedCheckpoint(checkpoint, run, data, model)
+
+
+def load_pretrained(directory: str | Path, data_source: str, device: str = "cpu", seq_len: int | None = None,
+                    batch_size: int = 4) -> LoadedCheckpoint:
+    """A Hugging Face-format attnres directory (`attnres convert` output, step 0) on `device`, with the
+    held-out split of `data_source` (any `DataConfig.source`) tokenised by the directory's own tokenizer.
+
+    The split is DataConfig's default (val_fraction 0.05 by document hash), so a fine-tuning run on
+    the same source with default split settings holds out the same documents. Batches are
+    `batch_size` x `seq_len` (default: min(max_seq_len, 256)), fp32. Raises CheckpointError for a
+    directory that is not such a model or has no tokenizer.
+    """
+    directory = Path(directory)
+    if not (directory / "config.json").is_file():
+        raise CheckpointError(f"{directory} has no config.json: not a Hugging Face-format model directory "
+                              f"(`attnres convert` output)")
+    if "data" not in finetune_defaults(directory):
+        raise CheckpointError(f"{directory} has no tokenizer (tokenizer.json or tokenizer_config.json); its held-out "
+                              f"text cannot be tokenised as the model was trained")
+    try:
+        fields = pretrained_model_fields(directory)
+        seq_len = seq_len or min(fields["max_seq_len"], 256)
+        run = RunConfig.from_dict({"init_from": str(directory), "model": fields, "out_dir": str(directory),
+                                   "data": {"source": data_source, "tokenizer": str(directory)},
+                                   "train": {"seq_len": seq_len, "batch_size": batch_size, "precision": "fp32"}})
+    except RunConfigError as error:
+        raise CheckpointError(str(error)) from None
+    data = prepare_data(run.data)
+    model = build_model(run, data.tokenizer.vocab_size, torch.device(device))
+    load_initial_weights(model, directory)
+    return LoadedCheckpoint(Checkpoint(directory, {"step": 0, "run_config": run.to_dict()}), run, data, model)
 
 
 def held_out_batches(loaded: LoadedCheckpoint, max_batches: int | None = None,
