@@ -4,12 +4,29 @@ import torch
 
 
 def activate_routing(routers, gate: float = 0.5) -> None:
-    """Non-zero routing: queries from N(0, 1) (input-dependent query maps from N(0, 1 / D)) and gates at
-    `gate`, so a lost or unused router shows."""
+    """Non-zero routing: queries from N(0, 1) (input-dependent query maps from N(0, 1 / D)), gates at
+    `gate`, DenseFormer's weights moved by N(0, 0.25), so a lost or unused router shows."""
     with torch.no_grad():
         for router in routers:
+            if hasattr(router, "alpha"):  # DenseFormer's average: weights of any sign around the identity
+                router.alpha.add_(0.5 * torch.randn_like(router.alpha))
+                continue
             router.query.normal_()
             if getattr(router, "query_proj", None) is not None:
                 router.query_proj.normal_(0.0, router.query_proj.shape[0] ** -0.5)
             if router.gate is not None:
                 router.gate.fill_(gate)
+
+
+def train_losses(model, batch, steps: int, lr: float = 3e-3, weight_decay: float = 0.01) -> list[float]:
+    """Train `model` on one (B, T) batch for `steps` AdamW steps; the loss before each step."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    losses = []
+    for _ in range(steps):
+        loss = model(batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+

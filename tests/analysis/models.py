@@ -17,6 +17,9 @@ def randomize_routers(model, seed=1):
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for router in model.routers:
+            if hasattr(router, "alpha"):  # DenseFormer: its averaging weights instead
+                router.alpha.add_(torch.randn(router.alpha.shape, generator=gen))
+                continue
             router.query.copy_(torch.randn(router.query.shape, generator=gen))
 
 

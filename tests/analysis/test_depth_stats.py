@@ -16,7 +16,7 @@ def tiny_model(residual, num_blocks=None, seed=0):
 
 
 VARIANTS = [("standard", None), ("full_attnres", None), ("block_attnres", 3), ("delta_attnres", None),
-            ("delta_block", 2)]
+            ("delta_block", 2), ("denseformer", None)]
 
 
 def manual_hidden_inputs(model, ids):

@@ -131,3 +131,9 @@ def test_entropy_of_unnormalised_sigmoid_weights_is_that_of_their_shares():
     torch.testing.assert_close(routing_entropy(sigmoid), routing_entropy(shares))
     torch.testing.assert_close(routing_entropy(sigmoid)[0], torch.tensor(math.log(2)))
     assert routing_entropy(sigmoid)[2] == 0.0  # all the mass on one source
+
+
+def test_rows_with_negative_weights_have_no_entropy():
+    weights = torch.tensor([[0.5, 0.5], [-0.2, 1.2]])
+    entropy = routing_entropy(weights)
+    assert entropy[0] == pytest.approx(math.log(2)) and math.isnan(entropy[1])

@@ -19,7 +19,7 @@ SHAPE = dict(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_
              intermediate_size=48, max_position_embeddings=64)
 # The variants that reproduce the standard model at zero queries (method §4).
 EXACT_VARIANTS = [("full_attnres", None, None), ("block_attnres", 2, None), ("delta_attnres", None, None),
-                  ("delta_block", 2, "gate"), ("delta_block", 2, "partial")]
+                  ("delta_block", 2, "gate"), ("delta_block", 2, "partial"), ("denseformer", None, None)]
 
 
 def hf_config(family, tie=False, **overrides):
@@ -93,7 +93,7 @@ def test_standard_conversion_equals_transformers(checkpoints, family, tie):
 
 
 @pytest.mark.parametrize("residual, num_blocks, exact", EXACT_VARIANTS,
-                         ids=["full", "block", "delta", "delta_block-gate", "delta_block-partial"])
+                         ids=["full", "block", "delta", "delta_block-gate", "delta_block-partial", "denseformer"])
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_function_preserving_variants_equal_transformers(checkpoints, family, tie, residual, num_blocks, exact):
@@ -105,7 +105,9 @@ def test_function_preserving_variants_equal_transformers(checkpoints, family, ti
     directory, hf = checkpoints[family, tie]
     model = convert_checkpoint(directory, residual=residual, num_blocks=num_blocks, exact_conversion=exact)
     assert model.config.residual == residual and len(model.routers) > 0
-    assert all(torch.all(router.query == 0) for router in model.routers)
+    # zero queries; DenseFormer's averages at the identity on the current layer's output
+    assert all(torch.all(router.query == 0) if hasattr(router, "query") else
+               router.alpha.tolist() == [0.0] * (router.alpha.numel() - 1) + [1.0] for router in model.routers)
     torch.testing.assert_close(logits(model), logits(hf), rtol=0, atol=1e-4)
 
 

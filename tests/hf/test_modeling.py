@@ -11,7 +11,8 @@ from attnres.hf import AttnResConfig, AttnResForCausalLM  # noqa: E402
 from tests.helpers import activate_routing  # noqa: E402
 
 VARIANTS = [("standard", None, None), ("full_attnres", None, None), ("block_attnres", 2, None),
-            ("delta_attnres", None, None), ("delta_block", 2, "gate"), ("delta_block", 2, "partial")]
+            ("delta_attnres", None, None), ("delta_block", 2, "gate"), ("delta_block", 2, "partial"),
+            ("denseformer", None, None)]
 
 
 def tiny(residual="standard", num_blocks=None, exact=None, tie=True, seed=0):

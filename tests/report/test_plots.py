@@ -148,3 +148,14 @@ def test_router_axis_starts_at_the_first_router_with_data(tmp_path, captured_fig
     assert ticks[0] == 1 and ticks[-1] == 4  # no tick for router 0, which has no point
     assert [t.get_text() for t in ax.get_xticklabels()][-1] == "final"
     assert ax.get_xlim()[0] == pytest.approx(0.5)
+
+
+def test_averages_after_layers_get_one_row_per_layer_and_sub_layer_routers_keep_theirs():
+    from attnres.report.plots import averages_after_layers, mixer_rows
+
+    dense = [["x1", "x3"], ["e", "x2", "x4", "x6"]]  # DenseFormer 2 x 3 over 6 layers
+    assert averages_after_layers(dense) == [3, 6]
+    assert mixer_rows(dense) == (["after 3", "after 6"], "average (after layer)")
+    routed = [["e"], ["e", "d0"], ["e", "d0", "d1"]]
+    assert averages_after_layers(routed) is None
+    assert mixer_rows(routed) == (["0 attn", "1 mlp", "final"], "router (sub-layer)")

@@ -14,6 +14,7 @@ from attnres import AttnResLM, ConfigError, ModelConfig
 from attnres.analysis import collect_depth_stats
 from attnres.residual import VARIANTS, Variant, register_variant, unregister_variant
 from attnres.routing import DepthMixer
+from tests.helpers import train_losses
 
 
 class UniformAverage(DepthMixer):
@@ -52,15 +53,8 @@ def test_a_registered_mixer_trains(uniform_variants, residual, num_blocks, impl)
     model = AttnResLM(ModelConfig(**{**config(residual, num_blocks).to_dict(), "routing_impl": impl}))
     assert all(isinstance(m, UniformAverage) for m in model.routers)
     assert model.routing_parameters() == []  # no parameters of its own
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     batch = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
-    losses = []
-    for _ in range(12):
-        loss = model(batch, labels=batch).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = train_losses(model, batch, 12)
     assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0] - 0.5
     stats = collect_depth_stats(model, [batch])  # analysis reads it through the same protocol
     assert stats.source_names == model.residual.source_names()
@@ -102,7 +96,7 @@ def test_a_mixer_refuses_what_it_cannot_do():
 def test_registering_twice_and_bad_rows_are_refused(uniform_variants):
     with pytest.raises(ValueError, match="already registered"):
         register_variant(Variant("uniform_average", "replace", "sublayers", mixer=UniformAverage))
-    with pytest.raises(ValueError, match=r"Variant.mode must be one of \['none', 'replace', 'add'\]"):
+    with pytest.raises(ValueError, match=r"Variant.mode must be one of \['none', 'replace', 'add', 'average'\]"):
         Variant("bad", "mix", "sublayers")
     with pytest.raises(ValueError, match="sources are needed exactly when mode is not 'none'"):
         Variant("bad", "add")

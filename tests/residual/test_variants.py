@@ -114,6 +114,20 @@ def reference_logits(p, cfg, ids):
             if j == size - 1 or s == n - 1:
                 block_deltas.append(x - start)                # Delta_k = x_end(k) - x_start(k)
         hidden = x
+    elif cfg.residual == "denseformer":                       # method §7: k x p DenseFormer
+        k, period = cfg.denseformer_dilation, cfg.denseformer_period
+        states, y, m = [e], e, 0                              # states x_0 .. x_t; y: the stream
+        for layer in range(1, cfg.num_layers + 1):
+            x = y + sublayer(p, 2 * layer - 2, y, cfg)
+            x = x + sublayer(p, 2 * layer - 1, x, cfg)       # x_t = Block_t(y_{t-1})
+            states.append(x)
+            if layer % period == 0:                          # y_t = sum_j alpha_{t,j} x_j, j = t mod k
+                alpha = p[f"residual.routers.{m}.alpha"]
+                y = sum(a * states[j] for a, j in zip(alpha, range(layer % k, layer + 1, k)))
+                m += 1
+            else:
+                y = x
+        hidden = y
     return rmsnorm(hidden, p["norm.weight"], eps) @ p["lm_head.weight"].T
 
 
@@ -137,6 +151,9 @@ def randomise_routing(model, seed=0):
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for router in model.routers:
+            if hasattr(router, "alpha"):  # DenseFormer's averaging weights: any sign, around the identity
+                router.alpha.add_(0.5 * torch.randn(router.alpha.shape, generator=g))
+                continue
             router.query.copy_(torch.randn(router.query.shape, generator=g) * 2.0)
             router.key_norm.weight.copy_(1 + 0.5 * torch.randn(router.query.shape, generator=g))
             if router.gate is not None:
@@ -147,6 +164,11 @@ def randomise_routing(model, seed=0):
 def test_logits_match_independent_reference(residual, num_blocks, exact):
     torch.manual_seed(0)
     model = make_model(residual, num_blocks, exact, init_std=0.2).double()  # 2L = 10; N=4: blocks 3,3,3,1
+    assert_matches_reference(model)
+
+
+def assert_matches_reference(model):
+    """The model's float64 logits, with randomised routing, equal `reference_logits` to 1e-9."""
     randomise_routing(model)
     ids = torch.randint(0, 61, (2, 7))
     params = {k: v.detach() for k, v in model.state_dict().items()}
@@ -154,6 +176,29 @@ def test_logits_match_independent_reference(residual, num_blocks, exact):
         got = model(ids).logits
         expected = reference_logits(params, model.config, ids)
     torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("dilation, period", [(1, 1), (2, 1), (1, 2), (2, 2), (3, 2), (5, 5)])
+def test_denseformer_logits_match_independent_reference(dilation, period):
+    torch.manual_seed(0)
+    model = make_model("denseformer", None, None, init_std=0.2, denseformer_dilation=dilation,
+                       denseformer_period=period).double()
+    assert len(model.routers) == 5 // period
+    assert_matches_reference(model)
+
+
+@pytest.mark.parametrize("dilation, period", [(1, 1), (2, 3)])
+def test_denseformer_at_initialisation_is_the_standard_model_exactly(dilation, period):
+    """alpha = (0, ..., 0, 1) after every averaging layer: the stream passes unchanged, bit for bit."""
+    torch.manual_seed(0)
+    standard = make_model("standard", None, None, init_std=0.2)
+    dense = make_model("denseformer", None, None, denseformer_dilation=dilation, denseformer_period=period)
+    missing, _ = dense.load_state_dict(standard.state_dict(), strict=False)
+    assert missing and all(name.endswith(".alpha") for name in missing)
+    dense.residual.routers.apply(lambda m: m.reset_parameters() if hasattr(m, "alpha") else None)
+    ids = torch.randint(0, 61, (2, 7))
+    with torch.no_grad():
+        assert torch.equal(dense(ids).logits, standard(ids).logits)
 
 
 def test_routing_changes_the_output():

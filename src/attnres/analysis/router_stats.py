@@ -25,13 +25,15 @@ def routing_entropy(weights: torch.Tensor) -> torch.Tensor:
     weights (B, T, n) -> (B, T): H = -sum_i a_i ln a_i with 0 ln 0 = 0. One-hot rows give 0,
     uniform rows over n sources give ln n. Computed in fp32 (float64 input stays float64).
     Rows are divided by their sum first, so sigmoid routers' weights (which need not sum to 1, the
-    router_weights ablation) give the entropy of each source's share of the routing mass.
+    router_weights ablation) give the entropy of each source's share of the routing mass. A row with
+    a negative weight (DenseFormer's averages) has no entropy: NaN.
     """
     if weights.dim() < 1 or weights.shape[-1] < 1:
         raise ValueError(f"weights must have a non-empty last (source) axis, got shape {tuple(weights.shape)}")
     weights = _as_float(weights)
     shares = weights / weights.sum(-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
-    return torch.special.entr(shares).sum(-1)  # entr(x) = -x ln x, entr(0) = 0
+    entropy = torch.special.entr(shares).sum(-1)  # entr(x) = -x ln x, entr(0) = 0
+    return entropy.masked_fill((weights < 0).any(-1), float("nan"))
 
 
 def effective_sources(weights: torch.Tensor) -> torch.Tensor:

@@ -147,6 +147,10 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
     sizes = _layers_per_stage(model.num_layers, num_stages, config.layers_per_stage)
     bounds = tuple(sum(sizes[:j]) for j in range(num_stages + 1))
     policy = source_policy(model.residual, model.num_layers, model.num_blocks, model.exact_conversion)
+    if VARIANTS[model.residual].sources == "states":
+        raise PipelineConfigError(f"residual={model.residual!r} does not run in pipeline stages yet (its averages "
+                                  "read every earlier layer's output, which the stage payloads do not carry); "
+                                  "train it with data parallelism (train.parallel: ddp or fsdp) or on one device")
     # The running stream travels where the scheme keeps one (ResidualScheme.keeps_stream).
     keeps_stream = VARIANTS[model.residual].mode != "replace" or model.router_query == "input_dependent"
     size = 1 if policy is None else policy.block_size

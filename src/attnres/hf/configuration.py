@@ -39,6 +39,8 @@ class AttnResConfig(PreTrainedConfig):
     router_query: str = "static"
     router_weights: str = "softmax"
     router_key_norm: bool = True
+    denseformer_dilation: int = 1
+    denseformer_period: int = 1
     use_cache: bool = True
     # Special tokens (eos may be a list): carried from a converted model's source or a training run's
     # tokenizer, so generate() stops at the end of sequence and pads with the right id.

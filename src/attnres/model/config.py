@@ -21,6 +21,8 @@ HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads
 
 # The router ablations' fields (method §7): a variant of a comparison may set them.
 ROUTER_ABLATION_FIELDS = ("router_query", "router_weights", "router_key_norm")
+# DenseFormer's averaging layout (method §7): a variant of a comparison may set them too.
+DENSEFORMER_FIELDS = ("denseformer_dilation", "denseformer_period")
 
 
 class ConfigError(ValueError):
@@ -45,7 +47,9 @@ class ModelConfig:
     `router_query` ("static" | "input_dependent"), `router_weights` ("softmax" | "sigmoid") and
     `router_key_norm` are the Kimi paper's router ablations (method §7, `attnres.routing.Router`),
     for routed variants only; the defaults are the method. Ablated routers compute with the
-    reference code (docs/ablation.md).
+    reference code (docs/method.md §7.1). `denseformer_dilation` k and `denseformer_period` p
+    (residual "denseformer" only): an average after every p-th layer, over every k-th state
+    (Pagliardini et al.'s k x p DenseFormer; 1 and 1 average after every layer over all states).
     """
 
     vocab_size: int
@@ -70,6 +74,8 @@ class ModelConfig:
     router_query: str = "static"
     router_weights: str = "softmax"
     router_key_norm: bool = True
+    denseformer_dilation: int = 1
+    denseformer_period: int = 1
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -94,7 +100,8 @@ class ModelConfig:
             check_bool(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
         check_choice(self.routing_impl, "ModelConfig.routing_impl", IMPLS, error=ConfigError)
         check_residual(self.residual, self.num_layers, self.num_blocks, self.exact_conversion,
-                       prefix="ModelConfig.", error=ConfigError)
+                       prefix="ModelConfig.", error=ConfigError, dilation=self.denseformer_dilation,
+                       period=self.denseformer_period)
         check_router_options(self.residual, self.router_query, self.router_weights, self.router_key_norm,
                              self.routing_impl, prefix="ModelConfig.", error=ConfigError)
         self._check_chunk_size()
@@ -146,6 +153,9 @@ def variant_name(fields: dict) -> str:
     name = fields["residual"]
     if fields.get("num_blocks"):
         name += f" (N={fields['num_blocks']})"
+    layout = (fields.get("denseformer_dilation") or 1, fields.get("denseformer_period") or 1)
+    if layout != (1, 1):
+        name += f" ({layout[0]}x{layout[1]})"  # the paper's k x p DenseFormer
     if fields.get("exact_conversion"):
         name += f" [{fields['exact_conversion']}]"
     if fields.get("query_init") == "normal":

@@ -53,7 +53,8 @@ class AttnResLM(nn.Module):
             num_blocks=config.num_blocks, exact_conversion=config.exact_conversion, eps=config.norm_eps,
             routing_impl=config.routing_impl, chunk_size=config.routing_chunk_size,
             router_query=config.router_query, router_weights=config.router_weights,
-            router_key_norm=config.router_key_norm)
+            router_key_norm=config.router_key_norm, denseformer_dilation=config.denseformer_dilation,
+            denseformer_period=config.denseformer_period)
         self.reset_parameters()
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight

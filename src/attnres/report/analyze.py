@@ -85,16 +85,19 @@ def summarize_checkpoint(stats: DepthStats, grad_norms: list[float]) -> dict:
     """Scalar summaries: max_weight and max_weight_deep (`summarize_max_weights`: all multi-source
     routers, and the deepest third of them), mean_entropy (nats), mean_normalized_entropy (entropy /
     ln n, 1 = uniform) and mean_effective_sources, each over the routers with two or more sources
-    (None when there are none, as for `standard`), and mean_grad_norm over sub-layers."""
+    and an entropy (None when there are none, as for `standard` and DenseFormer's signed averages),
+    and mean_grad_norm over sub-layers."""
     multi = [r for r, names in enumerate(stats.source_names) if len(names) >= 2]
     out = dict(summarize_max_weights(stats.max_weight))
     out["num_routers"] = len(stats.source_names)
     out["num_multi_source_routers"] = len(multi)
-    out["mean_entropy"] = mean([stats.entropy[r] for r in multi]) if stats.entropy else None
-    out["mean_normalized_entropy"] = (mean([stats.entropy[r] / math.log(len(stats.source_names[r])) for r in multi])
-                                      if stats.entropy else None)
-    out["mean_effective_sources"] = (mean([stats.effective_sources[r] for r in multi])
-                                     if stats.effective_sources else None)
+    # Routers without an entropy (NaN: weights of any sign, DenseFormer's averages) are left out.
+    entropic = [r for r in multi if stats.entropy and math.isfinite(stats.entropy[r])]
+    out["mean_entropy"] = mean([stats.entropy[r] for r in entropic]) if entropic else None
+    out["mean_normalized_entropy"] = (mean([stats.entropy[r] / math.log(len(stats.source_names[r]))
+                                            for r in entropic]) if entropic else None)
+    out["mean_effective_sources"] = (mean([stats.effective_sources[r] for r in entropic])
+                                     if entropic and stats.effective_sources else None)
     out["mean_grad_norm"] = mean(grad_norms)
     return out
 

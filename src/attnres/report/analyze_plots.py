@@ -43,6 +43,9 @@ def plot_routing_heatmap_split(source_names: list[list[str]], mean_weights: list
     MLP inputs (odd sub-layers) with the final router, if any, as the last row. Blank cells are
     sources a router cannot see; the x labels explain the source names shown.
     """
+    if plots.averages_after_layers(source_names) is not None:
+        # Averages after layers (DenseFormer) have no attention/MLP split: one panel, rows by layer.
+        return plots.plot_routing_heatmap(source_names, mean_weights, path, title)
     columns, matrix = heatmap_matrix(source_names, mean_weights)
     rows, cols = matrix.shape
     labels = router_labels(rows)

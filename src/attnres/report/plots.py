@@ -193,7 +193,7 @@ def _source_order(name: str) -> tuple:
 
 # What each source symbol of `SourcePolicy.source_names` means (method §3).
 SOURCE_MEANINGS = {"d": "sub-layer outputs", "b": "completed blocks' summed outputs",
-                   "D": "completed blocks' summed outputs (deltas)"}
+                   "D": "completed blocks' summed outputs (deltas)", "x": "layer outputs (states)"}
 
 
 def source_key(columns: Sequence[str]) -> str:
@@ -232,6 +232,22 @@ def label_sources(fig: Figure, axes: Sequence, columns: Sequence[str]) -> None:
             lines.append(part)
     if lines:
         fig.supxlabel("\n".join(lines), fontsize=MIN_FONT_PT)
+
+
+def averages_after_layers(source_names: list[list[str]]) -> list[int] | None:
+    """For DenseFormer-style mixers (each one's last source the state x{t} of the layer it follows), the
+    layers t they average after; None for routers of sub-layers."""
+    last = [re.fullmatch(r"x(\d+)", names[-1]) if names else None for names in source_names]
+    return [int(m.group(1)) for m in last] if last and all(last) else None
+
+
+def mixer_rows(source_names: list[list[str]]) -> tuple[list[str], str]:
+    """Heatmap row labels and the axis label: "0 attn", "1 mlp", ..., "final" for sub-layer routers;
+    "after 1", "after 2", ... for averages after layers."""
+    layers = averages_after_layers(source_names)
+    if layers is not None:
+        return [f"after {t}" for t in layers], "average (after layer)"
+    return router_labels(len(source_names)), "router (sub-layer)"
 
 
 def router_labels(num_routers: int) -> list[str]:
@@ -302,13 +318,14 @@ def plot_routing_heatmap(source_names: list[list[str]], mean_weights: list[list[
     """
     columns, matrix = heatmap_matrix(source_names, mean_weights)
     rows = matrix.shape[0]
+    labels, ylabel = mixer_rows(source_names)
     with matplotlib.rc_context(STYLE):
         fig, (ax,) = new_figure(heatmap_height(rows))
-        image = draw_heatmap(ax, matrix, router_labels(rows), columns)
+        image = draw_heatmap(ax, matrix, labels, columns)
         fig.colorbar(image, ax=ax, label="mean routing weight", shrink=1.0 if rows <= 20 else 0.6)
         if not rows:
             empty_note(ax, "no routers")
-        ax.set(title=wrapped(title), ylabel="router (sub-layer)")
+        ax.set(title=wrapped(title), ylabel=ylabel)
         label_sources(fig, [ax], columns)
         return save_figure(fig, path)
 

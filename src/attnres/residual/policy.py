@@ -67,3 +67,43 @@ class SourcePolicy:
 
     def _completed_name(self, k: int) -> str:
         return f"d{k - 1}" if self.symbol == "d" else f"{self.symbol}{k}"
+
+
+@dataclass(frozen=True)
+class StatePolicy:
+    """DenseFormer's sources (method §7): the embedding x_0 and the state x_t after each layer t.
+
+    After layer t (1-based) the residual stream is the layer's output x_t. When t is a multiple of
+    `period`, a depth-weighted average over the states x_j with j <= t and j = t (mod `dilation`)
+    replaces the stream (Pagliardini et al., 2024: "k x p DenseFormer", k = dilation, p = period);
+    x_0 takes part exactly when t is a multiple of the dilation. Mixer m averages after layer
+    `mixer_layers[m]`. Names: "e" is the embedding, "x{t}" the state after layer t.
+    """
+
+    num_layers: int
+    dilation: int = 1
+    period: int = 1
+    symbol: str = "x"
+
+    def __post_init__(self) -> None:
+        for name in ("dilation", "period"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= self.num_layers:
+                raise ValueError(f"{name} must be an integer from 1 to num_layers = {self.num_layers}, got {value!r}")
+
+    @property
+    def mixer_layers(self) -> list[int]:
+        """The layers t after which a depth-weighted average replaces the stream, in order."""
+        return [t for t in range(1, self.num_layers + 1) if t % self.period == 0]
+
+    def mixer_after(self, t: int) -> int | None:
+        """Index of the mixer after layer t, or None when the stream passes on unchanged."""
+        return t // self.period - 1 if t % self.period == 0 else None
+
+    def state_indices(self, t: int) -> list[int]:
+        """Indices j of the states x_j the average after layer t reads: j <= t, j = t (mod dilation)."""
+        return list(range(t % self.dilation, t + 1, self.dilation))
+
+    def source_names(self, m: int) -> list[str]:
+        """Names of the sources mixer m sees, e.g. ['e', 'x2', 'x4']."""
+        return ["e" if j == 0 else f"{self.symbol}{j}" for j in self.state_indices(self.mixer_layers[m])]

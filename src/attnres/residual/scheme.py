@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from attnres.common.checks import check_choice, check_int
-from attnres.residual.policy import SourcePolicy
+from attnres.residual.policy import SourcePolicy, StatePolicy
 from attnres.routing import IMPLS, DepthMixer, GroupRouting, RoutedPrefix, Router, inv_rms, resolve_impl, route_group
 
-MODES = ("none", "replace", "add")
+MODES = ("none", "replace", "add", "average")
 
 
 def auto_chunk_size(num_routers: int) -> int:
@@ -81,12 +81,15 @@ class ResidualScheme(nn.Module):
     mode "none":    h_s = x_s;                       x_{s+1} = x_s + delta_s; hidden = x_{2L}
     mode "replace": h_s = R_s(sources_s);            no running stream;  hidden = R_final(all blocks)
     mode "add":     h_s = x_s + R_s(sources_s);      x_{s+1} = x_s + delta_s; hidden = x_{2L}
+    mode "average": h_s = x_s;  x_{s+1} = x_s + delta_s, and after a layer t that a `StatePolicy` names,
+                    the stream becomes A_m(states x_j it reads) (DenseFormer); hidden = the stream
 
     R is a `DepthMixer` (by default the `Router` of method §2), built as mixer(hidden_size, eps,
     gated=gated). Every sub-layer of a routed scheme has one, `routers[s]`, also where it sees a
     single source (a router's weight is then exactly 1 and its query gets zero gradient): mixer
-    index equals sub-layer index. Mode "replace" appends the final mixer last. All parameters of a
-    scheme are its mixers' (routing parameters).
+    index equals sub-layer index. Mode "replace" appends the final mixer last. Mode "average" has one
+    mixer per averaging layer instead (`StatePolicy.mixer_layers`). All parameters of a scheme are
+    its mixers' (routing parameters).
 
     Fast paths route static-query mixers in groups (two-phase routing, method §5): each block of a
     block policy, and for a per-sub-layer policy (block_size 1) each chunk of `chunk_size`
@@ -94,7 +97,8 @@ class ResidualScheme(nn.Module):
     over all its sources). The chunk size changes how routing is computed, never what.
     """
 
-    def __init__(self, num_sublayers: int, mode: str, policy: SourcePolicy | None, hidden_size: int, eps: float,
+    def __init__(self, num_sublayers: int, mode: str, policy: SourcePolicy | StatePolicy | None, hidden_size: int,
+                 eps: float,
                  mixer: type[DepthMixer] = Router, gated: bool = False, impl: str = "auto",
                  chunk_size: int | None = None, mixer_options: dict | None = None) -> None:
         super().__init__()
@@ -103,24 +107,32 @@ class ResidualScheme(nn.Module):
             raise ValueError("a source policy is required exactly when mode is not 'none'")
         if gated and mode != "add":
             raise ValueError("a gate only applies to additive routing (mode='add')")
+        if (mode == "average") != isinstance(policy, StatePolicy):
+            raise ValueError("mode 'average' takes a StatePolicy, and a StatePolicy takes mode 'average'")
         check_choice(impl, "impl", IMPLS)
         self.num_sublayers = num_sublayers
         self.eps = eps
         self.impl = impl
         self.mode = mode
         self.policy = policy
-        num_mixers = 0 if mode == "none" else num_sublayers + (mode == "replace")
         options = {**({"gated": True} if gated else {}), **(mixer_options or {})}
-        self.routers = nn.ModuleList(mixer(hidden_size, eps, **options) for _ in range(num_mixers))
+        if mode == "average":
+            sizes = [len(policy.source_names(m)) for m in range(len(policy.mixer_layers))]
+        else:
+            sizes = [None] * (0 if mode == "none" else num_sublayers + (mode == "replace"))
+        num_mixers = len(sizes)
+        self.routers = nn.ModuleList(mixer(hidden_size, eps, **options, **({"num_sources": n} if mixer.takes_num_sources
+                                                                            else {})) for n in sizes)
         # x_s, the standard residual stream: the stream of modes "none" and "add", and in "replace"
         # what an input-dependent query reads (mixers with needs_stream).
         self.keeps_stream = mode != "replace" or any(m.needs_stream for m in self.routers)
-        per_sublayer = policy is not None and policy.block_size == 1
+        per_sublayer = isinstance(policy, SourcePolicy) and policy.block_size == 1
         check_chunk_size(chunk_size, num_mixers, per_sublayer)
         self.chunk_size = chunk_size or (auto_chunk_size(num_mixers) if per_sublayer else 1)
         # Mixers routed in groups: chunks of chunk_size over every mixer (per-sub-layer policies),
         # or the blocks (the final mixer, which sees every block, routes alone).
-        self.group_size = self.chunk_size if per_sublayer else (policy.block_size if policy else 1)
+        self.group_size = self.chunk_size if per_sublayer else (policy.block_size if isinstance(policy, SourcePolicy)
+                                                                else 1)
         self.num_grouped = num_mixers if per_sublayer else num_sublayers
 
     def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
@@ -140,7 +152,7 @@ class ResidualScheme(nn.Module):
 
     def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
         """h_s (B, T, D): what sub-layer s normalises and transforms."""
-        if self.mode == "none":
+        if self.mode in ("none", "average"):
             return state.stream
         sources = state.sources
         if state.partial is not None and self.policy.partial_source:
@@ -153,6 +165,15 @@ class ResidualScheme(nn.Module):
         if state.stream is not None:
             state.stream = state.stream + delta
         if self.mode == "none":
+            return
+        if self.mode == "average":
+            if s % 2:  # layer s // 2 + 1 ends: its output is a state; an average may replace the stream
+                layer = s // 2 + 1
+                state.sources.append(state.stream)
+                m = self.policy.mixer_after(layer)
+                if m is not None:
+                    chosen = [state.sources[j] for j in self.policy.state_indices(layer)]
+                    state.stream = self._mix(m, chosen, state)
             return
         if state.partial is None:
             # Block sums accumulate in the stream's dtype (fp32 under autocast), like the standard
@@ -174,6 +195,8 @@ class ResidualScheme(nn.Module):
         """For each mixer in order, the names of the sources it sees (see `SourcePolicy`)."""
         if self.policy is None:
             return []
+        if self.mode == "average":
+            return [self.policy.source_names(m) for m in range(len(self.routers))]
         names = [self.policy.source_names(s) for s in range(self.num_sublayers)]
         return names + ([self.policy.final_source_names()] if self.mode == "replace" else [])
 

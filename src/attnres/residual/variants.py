@@ -11,11 +11,11 @@ import math
 from dataclasses import dataclass
 
 from attnres.common.checks import check_bool, check_choice, is_int
-from attnres.residual.policy import SourcePolicy, valid_num_blocks
+from attnres.residual.policy import SourcePolicy, StatePolicy, valid_num_blocks
 from attnres.residual.scheme import MODES, ResidualScheme
-from attnres.routing import IMPLS, QUERY_KINDS, WEIGHT_KINDS, DepthMixer, Router
+from attnres.routing import IMPLS, QUERY_KINDS, WEIGHT_KINDS, DepthMixer, DepthWeightedAverage, Router
 
-SOURCE_KINDS = ("none", "sublayers", "blocks")
+SOURCE_KINDS = ("none", "sublayers", "blocks", "states")
 # What each exact_conversion value (method §4) changes: a zero-initialised gate on every mixer, or
 # the current block's partial sum as one more source (then the sources sum to x_s).
 EXACT_CONVERSIONS = ("gate", "partial")
@@ -26,10 +26,12 @@ class Variant:
     """One residual variant.
 
     name:     the `residual` value (ModelConfig.residual, YAML `model.residual`).
-    mode:     "none" (h_s = x_s), "replace" (h_s = R_s(...), a final mixer before the head) or
-              "add" (h_s = x_s + R_s(...)); see `ResidualScheme`.
-    sources:  "none", "sublayers" (the embedding and every sub-layer output) or "blocks" (the
-              embedding and each completed block's summary; needs num_blocks).
+    mode:     "none" (h_s = x_s), "replace" (h_s = R_s(...), a final mixer before the head),
+              "add" (h_s = x_s + R_s(...)) or "average" (after a layer, the stream becomes a mixture
+              of the states so far); see `ResidualScheme`.
+    sources:  "none", "sublayers" (the embedding and every sub-layer output), "blocks" (the
+              embedding and each completed block's summary; needs num_blocks) or "states" (the
+              embedding and the stream after each layer; mode "average", `StatePolicy`).
     symbol:   how traces name completed sources: "d" (sub-layer output d{s}), "b" (block summary
               b{n}) or "D" (block delta D{n}).
     partial_source: the current block's partial sum is a source once non-empty.
@@ -83,6 +85,8 @@ for _variant in (
     Variant("block_attnres", "replace", "blocks", "b", partial_source=True, method="method §3.2"),
     Variant("delta_attnres", "add", "sublayers", "d", method="method §3.3"),
     Variant("delta_block", "add", "blocks", "D", exact_conversions=EXACT_CONVERSIONS, method="method §3.4"),
+    Variant("denseformer", "average", "states", "x", mixer=DepthWeightedAverage,
+            method="method §7 (Pagliardini et al., 2024)"),
 ):
     register_variant(_variant)
 
@@ -94,11 +98,20 @@ def block_variants() -> list[str]:
 
 def check_residual(residual: str, num_layers: int, num_blocks: int | None = None,
                    exact_conversion: str | None = None, *, prefix: str = "",
-                   error: type[Exception] = ValueError) -> None:
+                   error: type[Exception] = ValueError, dilation: int = 1, period: int = 1) -> None:
     """Raise `error` naming the field (`prefix` + name) and the allowed values unless `residual`,
-    `num_blocks` and `exact_conversion` describe a valid variant of a num_layers-layer model."""
+    `num_blocks`, `exact_conversion` and the averaging layout (`dilation`, `period`: fields
+    denseformer_dilation / denseformer_period) describe a valid variant of a num_layers-layer model."""
     check_choice(residual, f"{prefix}residual", VARIANTS, error=error)
     variant = VARIANTS[residual]
+    averaging = [name for name, v in VARIANTS.items() if v.sources == "states"]
+    for field, value in (("denseformer_dilation", dilation), ("denseformer_period", period)):
+        if variant.sources == "states":
+            if not is_int(value) or not 1 <= value <= num_layers:
+                raise error(f"{prefix}{field} must be an integer from 1 to num_layers = {num_layers}, got {value!r}")
+        elif value != 1:
+            raise error(f"{prefix}{field} applies only to residual in {averaging}; leave it 1 for "
+                        f"residual={residual!r} (got {value!r})")
     num_sublayers = 2 * num_layers
     valid = valid_num_blocks(num_sublayers)
     if variant.uses_blocks:
@@ -139,15 +152,20 @@ def check_router_options(residual: str, query: str = "static", weights: str = "s
     if not ablated:
         return
     name, value = next(iter(ablated.items()))
-    if VARIANTS[residual].mode == "none":
-        routed = [n for n, v in VARIANTS.items() if v.mode != "none"]
+    if not _has_routers(VARIANTS[residual]):
+        routed = [n for n, v in VARIANTS.items() if _has_routers(v)]
         default = {"query": "static", "weights": "softmax", "key_norm": True}[name]
         raise error(f"{prefix}router_{name}={value!r} is a router ablation and applies only to residual in "
-                    f"{routed}; residual={residual!r} has no routers (leave it {default!r})")
+                    f"{routed}; residual={residual!r} has no query routers (leave it {default!r})")
     if routing_impl not in ("auto", "reference"):
         raise error(f"{prefix}routing_impl={routing_impl!r}: routers with router_{name}={value!r} compute with "
                     f"the reference code (the fast paths serve the method's router only); allowed values: "
                     f"'auto', 'reference'")
+
+
+def _has_routers(variant: Variant) -> bool:
+    """Whether the variant's mixers are query routers (`Router`), which the router ablations change."""
+    return variant.mode != "none" and issubclass(variant.mixer, Router)
 
 
 def router_options(query: str = "static", weights: str = "softmax", key_norm: bool = True) -> dict:
@@ -159,12 +177,15 @@ def router_options(query: str = "static", weights: str = "softmax", key_norm: bo
 
 
 def source_policy(residual: str, num_layers: int, num_blocks: int | None = None,
-                  exact_conversion: str | None = None) -> SourcePolicy | None:
-    """The SourcePolicy of a (valid) variant, None for one without sources."""
+                  exact_conversion: str | None = None, dilation: int = 1,
+                  period: int = 1) -> SourcePolicy | StatePolicy | None:
+    """The SourcePolicy (StatePolicy for "states") of a (valid) variant, None for one without sources."""
     variant = VARIANTS[residual]
     num_sublayers = 2 * num_layers
     if variant.sources == "none":
         return None
+    if variant.sources == "states":
+        return StatePolicy(num_layers, dilation, period, symbol=variant.symbol)
     partial = variant.partial_source or exact_conversion == "partial"
     if variant.sources == "sublayers":
         return SourcePolicy(num_sublayers, 1, partial_source=partial, symbol=variant.symbol)
@@ -174,7 +195,8 @@ def source_policy(residual: str, num_layers: int, num_blocks: int | None = None,
 def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: int, num_blocks: int | None = None,
                    exact_conversion: str | None = None, eps: float = 1e-6,
                    routing_impl: str = "auto", chunk_size: int | None = None, router_query: str = "static",
-                   router_weights: str = "softmax", router_key_norm: bool = True) -> ResidualScheme:
+                   router_weights: str = "softmax", router_key_norm: bool = True, denseformer_dilation: int = 1,
+                   denseformer_period: int = 1) -> ResidualScheme:
     """The ResidualScheme of a variant for a model of `num_layers` layers (2 * num_layers sub-layers,
     attention and MLP alternating) of width `hidden_size` (method §3 and §4).
 
@@ -183,6 +205,8 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
     block_attnres  block summaries + partial,       replace, final router
     delta_attnres  every sub-layer output,          add
     delta_block    completed block deltas,          add  (+ partial source or gate for exact conversion)
+    denseformer    the embedding and layer outputs, average after every `denseformer_period`-th layer over
+                   every `denseformer_dilation`-th state (method §7)
 
     eps: the RMSNorm epsilon of the routers' keys. routing_impl: one of `attnres.routing.IMPLS`.
     chunk_size: full_attnres and delta_attnres only: routers per chunk of two-phase routing (None:
@@ -192,12 +216,14 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
     Raises ValueError naming the argument for an invalid combination. The scheme is the drop-in API
     for a model loop of one's own (docs/drop-in.md).
     """
-    check_residual(residual, num_layers, num_blocks, exact_conversion)
+    check_residual(residual, num_layers, num_blocks, exact_conversion, dilation=denseformer_dilation,
+                   period=denseformer_period)
     check_choice(routing_impl, "routing_impl", IMPLS)
     check_router_options(residual, router_query, router_weights, router_key_norm, routing_impl)
     variant = VARIANTS[residual]
     return ResidualScheme(2 * num_layers, variant.mode,
-                          source_policy(residual, num_layers, num_blocks, exact_conversion),
+                          source_policy(residual, num_layers, num_blocks, exact_conversion, denseformer_dilation,
+                                        denseformer_period),
                           hidden_size, eps, mixer=variant.mixer, gated=exact_conversion == "gate",
                           impl=routing_impl, chunk_size=chunk_size,
                           mixer_options=router_options(router_query, router_weights, router_key_norm))

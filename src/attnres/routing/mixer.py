@@ -16,6 +16,8 @@ declares what more it can use from the scheme with class attributes:
   mixers at once). The scheme then uses the fast and two-phase paths. Default False: the scheme
   calls `mixer(sources, need_weights=...)` and nothing else. (A property where it depends on the
   mixer's options, as for the Router's ablations.)
+- `takes_num_sources = True`: the constructor also takes `num_sources=` n, the number of sources the
+  mixer will see (a mixer with one parameter per source, such as DenseFormer's average). Default False.
 - `needs_stream = True`: forward also takes `stream=` x_s (B, T, D), the sub-layer's current input
   (the standard residual stream e + sum of earlier outputs), which the scheme then keeps also in
   mode "replace". Default False.
@@ -42,6 +44,7 @@ class DepthMixer(nn.Module):
 
     static_query: ClassVar[bool] = False
     needs_stream: ClassVar[bool] = False
+    takes_num_sources: ClassVar[bool] = False
 
     def forward(self, sources: Sequence[torch.Tensor], need_weights: bool = True,
                 **fast) -> tuple[torch.Tensor, torch.Tensor | None]:
