@@ -35,13 +35,16 @@ def manual_hidden_inputs(model, ids):
 
 @pytest.mark.parametrize("residual, num_blocks", VARIANTS[1:])
 def test_zero_queries_give_uniform_weights(residual, num_blocks):
+    """Routers start uniform (zero queries); DenseFormer's averages start at the identity on the last state."""
     model = tiny_model(residual, num_blocks)  # router queries are initialised to zero
     stats = collect_depth_stats(model, batches_of_different_sizes())
     assert stats.source_names == model.residual.source_names()
     assert len(stats.mean_weights) == len(model.routers)
     for names, weights, top in zip(stats.source_names, stats.mean_weights, stats.max_weight):
-        assert weights == pytest.approx([1 / len(names)] * len(names), abs=1e-7)
-        assert top is None if len(names) == 1 else top == pytest.approx(1 / len(names), abs=1e-7)
+        n = len(names)
+        expected = [0.0] * (n - 1) + [1.0] if residual == "denseformer" else [1 / n] * n
+        assert weights == pytest.approx(expected, abs=1e-7)
+        assert top is None if n == 1 else top == pytest.approx(max(expected), abs=1e-7)
 
 
 def test_standard_hidden_rms_from_hand_set_embeddings():

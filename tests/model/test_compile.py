@@ -10,7 +10,8 @@ from tests.helpers import activate_routing
 # Full and Delta AttnRes route in chunks (5 and 4 routers: automatic C = 2; C = 3 splits Full's 5 as 3 + 2).
 @pytest.mark.parametrize("residual, num_blocks, exact, chunk", [
     ("full_attnres", None, None, None), ("full_attnres", None, None, 3), ("block_attnres", 2, None, None),
-    ("delta_attnres", None, None, None), ("delta_block", 2, "partial", None), ("delta_block", 2, "gate", None)])
+    ("delta_attnres", None, None, None), ("delta_block", 2, "partial", None), ("delta_block", 2, "gate", None),
+    ("denseformer", None, None, None)])
 def test_fullgraph_compile_matches_eager(residual, num_blocks, exact, chunk):
     torch._dynamo.reset()
     torch.manual_seed(0)
