@@ -98,8 +98,7 @@ class ResidualScheme(nn.Module):
     """
 
     def __init__(self, num_sublayers: int, mode: str, policy: SourcePolicy | StatePolicy | None, hidden_size: int,
-                 eps: float,
-                 mixer: type[DepthMixer] = Router, gated: bool = False, impl: str = "auto",
+                 eps: float, mixer: type[DepthMixer] = Router, gated: bool = False, impl: str = "auto",
                  chunk_size: int | None = None, mixer_options: dict | None = None) -> None:
         super().__init__()
         check_choice(mode, "mode", MODES)
@@ -121,8 +120,12 @@ class ResidualScheme(nn.Module):
         else:
             sizes = [None] * (0 if mode == "none" else num_sublayers + (mode == "replace"))
         num_mixers = len(sizes)
-        self.routers = nn.ModuleList(mixer(hidden_size, eps, **options, **({"num_sources": n} if mixer.takes_num_sources
-                                                                            else {})) for n in sizes)
+
+        def build(num_sources: int | None) -> DepthMixer:
+            sized = {"num_sources": num_sources} if mixer.takes_num_sources else {}
+            return mixer(hidden_size, eps, **options, **sized)
+
+        self.routers = nn.ModuleList(build(n) for n in sizes)
         # x_s, the standard residual stream: the stream of modes "none" and "add", and in "replace"
         # what an input-dependent query reads (mixers with needs_stream).
         self.keeps_stream = mode != "replace" or any(m.needs_stream for m in self.routers)
