@@ -34,7 +34,7 @@ def naive(router: Router, sources, stream):
                 k = v[b, t].double()
                 if router.key_norm is not None:
                     k = k / torch.sqrt((k * k).mean() + eps) * router.key_norm.weight.double()
-                z.append(float(q @ k))
+                z.append(float((q @ k).detach()))
             z = torch.tensor(z, dtype=torch.float64)
             a = torch.softmax(z, 0) if router.weight_kind == "softmax" else torch.sigmoid(z)
             alpha[b, t] = a
