@@ -62,6 +62,9 @@ CASES = [
     Case("delta_block", 2, "1f1b", 1, [3], [3]),               # S=4: stream + n(4)=2
     # an input-dependent query reads x_s, so "replace" mode sends the stream too: stream + n(4)=5
     Case("full_attnres", None, "1f1b", 1, [6], [6], router_query="input_dependent"),
+    # DenseFormer: stream + states x_0 .. x_{b/2}: n(b) = 1 + b/2 = 2, 3, 4; cached(1) = n(2) = 2,
+    # cached(2) = n(4) = 3
+    Case("denseformer", None, "interleaved1f1b", 2, [3, 4, 5], [3, 2, 2]),
 ]
 # 4 ranks x 2 virtual stages, 8 layers (16 sub-layers), S=2: b=2,4,...,14, n(b)=1+b/2=2..8;
 # transitions k>=3 land on a rank whose stage k-3 ended at b=2(k-2): cached = n = k-1, so each

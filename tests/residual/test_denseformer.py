@@ -1,13 +1,13 @@
 """DenseFormer (residual "denseformer", method §7.2): its sources for each k x p layout, its
-configuration checks, training, and what it refuses. The logits against an independent reference
-are in test_variants.py; every other path (compile, cache, Hugging Face, analysis) takes it from the
-variant table like any other variant."""
+configuration checks, training, what it refuses, and its pipeline payload. The logits against an
+independent reference are in test_variants.py; every other path (compile, cache, Hugging Face,
+analysis) takes it from the variant table like any other variant."""
 
 import pytest
 import torch
 
 from attnres import AttnResLM, ConfigError, ModelConfig
-from attnres.distributed.pipeline_layout import PipelineConfig, PipelineConfigError, build_layout
+from attnres.distributed.pipeline_layout import PipelineConfig, build_layout
 from attnres.model.config import variant_name
 from attnres.residual import StatePolicy
 from tests.helpers import train_losses
@@ -65,6 +65,7 @@ def test_it_trains_and_every_average_learns():
     assert {name for name, _ in model.routing_parameters()} == {f"residual.routers.{m}.alpha" for m in range(6)}
 
 
-def test_pipeline_stages_refuse_it_by_name():
-    with pytest.raises(PipelineConfigError, match="residual='denseformer' does not run in pipeline stages"):
-        build_layout(config(), PipelineConfig(microbatch_size=1, seq_len=8), num_ranks=2)
+def test_pipeline_stages_carry_the_stream_and_every_state():
+    layout = build_layout(config(), PipelineConfig(microbatch_size=1, seq_len=8, layers_per_stage=(2, 4)), num_ranks=2)
+    (edge,) = layout.edges
+    assert (edge.has_stream, edge.has_partial, edge.num_sources) == (True, False, 3)  # y_2 and x_0, x_1, x_2

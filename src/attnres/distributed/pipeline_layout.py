@@ -147,14 +147,13 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
     sizes = _layers_per_stage(model.num_layers, num_stages, config.layers_per_stage)
     bounds = tuple(sum(sizes[:j]) for j in range(num_stages + 1))
     policy = source_policy(model.residual, model.num_layers, model.num_blocks, model.exact_conversion)
-    if VARIANTS[model.residual].sources == "states":
-        raise PipelineConfigError(f"residual={model.residual!r} does not run in pipeline stages yet (its averages "
-                                  "read every earlier layer's output, which the stage payloads do not carry); "
-                                  "train it with data parallelism (train.parallel: ddp or fsdp) or on one device")
+    # DenseFormer's states complete at every layer's end, like blocks of two sub-layers (and stages
+    # end at layers, so no state is ever partial at a boundary).
+    states = VARIANTS[model.residual].sources == "states"
     # The running stream travels where the scheme keeps one (ResidualScheme.keeps_stream).
     keeps_stream = VARIANTS[model.residual].mode != "replace" or model.router_query == "input_dependent"
-    size = 1 if policy is None else policy.block_size
-    if not config.allow_partial_blocks and size > 1:
+    size = 1 if policy is None else 2 if states else policy.block_size
+    if not config.allow_partial_blocks and size > 1 and not states:
         allowed = [layer for layer in range(1, model.num_layers) if (2 * layer) % size == 0]
         inside = [layer for layer in bounds[1:-1] if (2 * layer) % size]
         if inside:
