@@ -146,14 +146,14 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
                                   f"{model.max_seq_len}")
     sizes = _layers_per_stage(model.num_layers, num_stages, config.layers_per_stage)
     bounds = tuple(sum(sizes[:j]) for j in range(num_stages + 1))
-    policy = source_policy(model.residual, model.num_layers, model.num_blocks, model.exact_conversion)
-    # DenseFormer's states complete at every layer's end, like blocks of two sub-layers (and stages
-    # end at layers, so no state is ever partial at a boundary).
-    states = VARIANTS[model.residual].sources == "states"
+    policy = source_policy(model.residual, model.num_layers, model.num_blocks, model.exact_conversion,
+                           model.denseformer_dilation, model.denseformer_period)
     # The running stream travels where the scheme keeps one (ResidualScheme.keeps_stream).
     keeps_stream = VARIANTS[model.residual].mode != "replace" or model.router_query == "input_dependent"
-    size = 1 if policy is None else 2 if states else policy.block_size
-    if not config.allow_partial_blocks and size > 1 and not states:
+    # DenseFormer's states complete at every layer's end (StatePolicy.block_size 2), so stages, which
+    # end at layers, never cut one.
+    size = 1 if policy is None else policy.block_size
+    if not config.allow_partial_blocks and size > 1:
         allowed = [layer for layer in range(1, model.num_layers) if (2 * layer) % size == 0]
         inside = [layer for layer in bounds[1:-1] if (2 * layer) % size]
         if inside:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number
-from attnres.residual import VARIANTS, check_chunk_size, check_residual, check_router_options, valid_num_blocks
+from attnres.residual import (VARIANTS, check_chunk_size, check_residual, check_router_options, router_options,
+                              valid_num_blocks)
 from attnres.routing import IMPLS
 
 # The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
@@ -167,12 +168,8 @@ def variant_name(fields: dict) -> str:
 
 def router_ablation_labels(fields: dict) -> list[str]:
     """Short labels of the router ablations set in ModelConfig fields, e.g. ["input query", "sigmoid"]."""
-    labels = []
-    if fields.get("router_query", "static") != "static":
-        labels.append("input query")
-    if fields.get("router_weights", "softmax") != "softmax":
-        labels.append(fields["router_weights"])
-    if fields.get("router_key_norm", True) is False:
-        labels.append("no key norm")
-    return labels
+    ablated = router_options(fields.get("router_query", "static"), fields.get("router_weights", "softmax"),
+                             fields.get("router_key_norm", True))
+    labels = {"query": "input query", "weights": ablated.get("weights"), "key_norm": "no key norm"}
+    return [labels[name] for name in ablated]
 

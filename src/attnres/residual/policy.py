@@ -92,6 +92,11 @@ class StatePolicy:
                 raise ValueError(f"{name} must be an integer from 1 to num_layers = {self.num_layers}, got {value!r}")
 
     @property
+    def block_size(self) -> int:
+        """Sub-layers per completed source: a state completes at every layer's end (two sub-layers)."""
+        return 2
+
+    @property
     def mixer_layers(self) -> list[int]:
         """The layers t after which a depth-weighted average replaces the stream, in order."""
         return [t for t in range(1, self.num_layers + 1) if t % self.period == 0]

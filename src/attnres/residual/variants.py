@@ -19,6 +19,8 @@ SOURCE_KINDS = ("none", "sublayers", "blocks", "states")
 # What each exact_conversion value (method §4) changes: a zero-initialised gate on every mixer, or
 # the current block's partial sum as one more source (then the sources sum to x_s).
 EXACT_CONVERSIONS = ("gate", "partial")
+# The Router options of method §2, which the router ablations (method §7) change.
+ROUTER_DEFAULTS = {"query": "static", "weights": "softmax", "key_norm": True}
 
 
 @dataclass(frozen=True)
@@ -154,9 +156,8 @@ def check_router_options(residual: str, query: str = "static", weights: str = "s
     name, value = next(iter(ablated.items()))
     if not _has_routers(VARIANTS[residual]):
         routed = [n for n, v in VARIANTS.items() if _has_routers(v)]
-        default = {"query": "static", "weights": "softmax", "key_norm": True}[name]
         raise error(f"{prefix}router_{name}={value!r} is a router ablation and applies only to residual in "
-                    f"{routed}; residual={residual!r} has no query routers (leave it {default!r})")
+                    f"{routed}; residual={residual!r} has no query routers (leave it {ROUTER_DEFAULTS[name]!r})")
     if routing_impl not in ("auto", "reference"):
         raise error(f"{prefix}routing_impl={routing_impl!r}: routers with router_{name}={value!r} compute with "
                     f"the reference code (the fast paths serve the method's router only); allowed values: "
@@ -172,8 +173,7 @@ def router_options(query: str = "static", weights: str = "softmax", key_norm: bo
     """The mixer options (`DepthMixer` contract) for the router ablations: only the non-default ones,
     so a mixer without ablations is built exactly as before."""
     options = {"query": query, "weights": weights, "key_norm": key_norm}
-    defaults = {"query": "static", "weights": "softmax", "key_norm": True}
-    return {name: value for name, value in options.items() if value != defaults[name]}
+    return {name: value for name, value in options.items() if value != ROUTER_DEFAULTS[name]}
 
 
 def source_policy(residual: str, num_layers: int, num_blocks: int | None = None,
