@@ -140,7 +140,7 @@ def plot_entropy_by_depth(entropy: dict[str, Sequence[float | None]],
                 plots.integer_ticks(ax, lines.longest, "final" if lines.longest % 2 else None, first=lines.first)
                 ax.set_ylim(bottom=0)
             else:
-                plots.empty_note(ax, "no multi-source routers")
+                plots.empty_note(ax, "no router with an entropy\n(two or more sources, no negative weight)")
             ax.set(title=name, xlabel="router = sub-layer index (even: attention, odd: MLP)", ylabel=ylabel)
         plots.legend(axes[0], drawn)
         fig.suptitle(wrapped(title))
