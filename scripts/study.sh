@@ -7,19 +7,12 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
+source "$ROOT/scripts/shards.sh"
 cd "$ROOT"
 OUT="${1:-docs/study}"
 SHARDS="${2:-2}"
 EXTRA=("${@:3}")
-mkdir -p "$OUT"
-pids=()
-for ((i = 0; i < SHARDS; i++)); do
-  OMP_NUM_THREADS=1 attnres compare --preset study --out "$OUT" --shard "$i/$SHARDS" "${EXTRA[@]}" \
-    > "$OUT/shard$i.log" 2>&1 &
-  pids+=($!)
-done
-for pid in "${pids[@]}"; do wait "$pid"; done
-attnres compare --preset study --out "$OUT" "${EXTRA[@]}"
+compare_in_shards study "$OUT" "$SHARDS" "${EXTRA[@]}"
 python benchmarks/study_tables.py "$OUT"
 R="$OUT/runs"
 attnres analyze "$R/standard/seed0" "$R/full_attnres/seed0" "$R/block_attnres-N-8/seed0" "$R/delta_attnres/seed0" \

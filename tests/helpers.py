@@ -5,11 +5,15 @@ import torch
 
 def activate_routing(routers, gate: float = 0.5) -> None:
     """Non-zero routing: queries from N(0, 1) (input-dependent query maps from N(0, 1 / D)), gates at
-    `gate`, DenseFormer's weights moved by N(0, 0.25), so a lost or unused router shows."""
+    `gate`, DenseFormer's weights and the stream mixers' coefficients moved, so a lost or unused router shows."""
     with torch.no_grad():
         for router in routers:
             if hasattr(router, "alpha"):  # DenseFormer's average: weights of any sign around the identity
                 router.alpha.add_(0.5 * torch.randn_like(router.alpha))
+                continue
+            if router.mixes_streams:  # hyper-connections, mHC: every coefficient moved off its start
+                for param in router.parameters():
+                    param.add_(0.3 * torch.randn_like(param))
                 continue
             router.query.normal_()
             if getattr(router, "query_proj", None) is not None:

@@ -20,6 +20,10 @@ def randomize_routers(model, seed=1):
             if hasattr(router, "alpha"):  # DenseFormer: its averaging weights instead
                 router.alpha.add_(torch.randn(router.alpha.shape, generator=gen))
                 continue
+            if router.mixes_streams:  # hyper-connections, mHC: every coefficient parameter moved
+                for param in router.parameters():
+                    param.add_(0.5 * torch.randn(param.shape, generator=gen))
+                continue
             router.query.copy_(torch.randn(router.query.shape, generator=gen))
 
 

@@ -16,7 +16,8 @@ def tiny_model(residual, num_blocks=None, seed=0):
 
 
 VARIANTS = [("standard", None), ("full_attnres", None), ("block_attnres", 3), ("delta_attnres", None),
-            ("delta_block", 2), ("denseformer", None)]
+            ("delta_block", 2), ("denseformer", None),
+            ("hyper_connections", None), ("mhc", None)]
 
 
 def manual_hidden_inputs(model, ids):
@@ -33,6 +34,18 @@ def manual_hidden_inputs(model, ids):
     return hs + [model.residual.finish(state)]
 
 
+def start_weights(residual, r, n, num_mixers):
+    """Mixer r's weights at initialisation: uniform for routers, the identity on the last state for
+    DenseFormer, a_pre = e_{r mod n} (the final sum: ones) for hyper-connections; None for mHC."""
+    if residual == "denseformer":
+        return [0.0] * (n - 1) + [1.0]
+    if residual == "hyper_connections":
+        return [1.0] * n if r == num_mixers - 1 else [float(k == r % n) for k in range(n)]
+    if residual == "mhc":  # drawn projections: sigmoid weights around 1/2, checked below
+        return None
+    return [1 / n] * n
+
+
 @pytest.mark.parametrize("residual, num_blocks", VARIANTS[1:])
 def test_zero_queries_give_uniform_weights(residual, num_blocks):
     """Routers start uniform (zero queries); DenseFormer's averages start at the identity on the last state."""
@@ -40,9 +53,12 @@ def test_zero_queries_give_uniform_weights(residual, num_blocks):
     stats = collect_depth_stats(model, batches_of_different_sizes())
     assert stats.source_names == model.residual.source_names()
     assert len(stats.mean_weights) == len(model.routers)
-    for names, weights, top in zip(stats.source_names, stats.mean_weights, stats.max_weight):
+    for r, (names, weights, top) in enumerate(zip(stats.source_names, stats.mean_weights, stats.max_weight)):
         n = len(names)
-        expected = [0.0] * (n - 1) + [1.0] if residual == "denseformer" else [1 / n] * n
+        expected = start_weights(residual, r, n, len(model.routers))
+        if expected is None:
+            assert all(0.2 < w < 0.8 for w in weights)
+            continue
         assert weights == pytest.approx(expected, abs=1e-7)
         assert top is None if n == 1 else top == pytest.approx(max(expected), abs=1e-7)
 

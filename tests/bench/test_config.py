@@ -70,7 +70,7 @@ def test_unknown_preset_and_setting():
 @pytest.mark.parametrize("argv, message", [
     (["--repeats", "2"], "--repeats must be an integer >= 5"),
     (["--precision", "fp16"], "--precision must be one of ['bf16', 'fp32']"),
-    (["--variants", "mhc"], "--variants: unknown variant 'mhc'"),
+    (["--variants", "mhc2"], "--variants: unknown variant 'mhc2'"),
     (["--preset", "tiny"], "--preset must be one of ['cpu', 'paper-gpu']"),
 ])
 def test_cli_exits_2_with_the_message(argv, message, capsys, tmp_path):

@@ -12,6 +12,7 @@ from attnres.train import RunConfigError
 from tests.report.test_plots import assert_legible
 
 VARIANTS = ["standard", "full_attnres", "block_attnres", "delta_attnres", "delta_block"]
+SMOKE_VARIANTS = VARIANTS + ["mhc"]  # the smoke preset also runs one contender (method §7)
 
 
 def test_smoke_compare_writes_every_report_file(tmp_path, monkeypatch, captured_figures):
@@ -21,11 +22,14 @@ def test_smoke_compare_writes_every_report_file(tmp_path, monkeypatch, captured_
     for name in ("report.md", "index.html", "results.json"):
         assert (out / name).is_file() and (out / name).stat().st_size > 500
     results = json.loads((out / "results.json").read_text())
-    assert [v["residual"] for v in results["variants"]] == VARIANTS
+    assert [v["residual"] for v in results["variants"]] == SMOKE_VARIANTS
     for variant in results["variants"]:
         run = variant["runs"][0]
         assert 0 < run["final_val_loss"] < 10 and run["step_time_s"] > 0
         assert len(run["val_curve"]) == 4  # eval every 10 of 40 steps
+        events = run["stability"]  # the run's totals from its metrics.jsonl
+        assert events["steps"] == 40 and 0.0 <= events["clip_rate"] <= 1.0
+        assert events["clip_rate"] == pytest.approx(events["clipped_steps"] / 40)
     # the cost: every variant measured in this process after training, the preset's rounds
     cost = results["cost"]
     assert list(cost["variants"]) == [v["name"] for v in results["variants"]]  # standard first
@@ -41,7 +45,7 @@ def test_smoke_compare_writes_every_report_file(tmp_path, monkeypatch, captured_
     html = (out / "index.html").read_text()
     expected_pngs = {"val_loss.png", "cost.png", "max_weight_by_depth.png", "hidden_rms_by_depth.png",
                      "routing_full_attnres.png", "routing_block_attnres-N-4.png", "routing_delta_attnres.png",
-                     "routing_delta_block-N-4.png"}
+                     "routing_delta_block-N-4.png", "routing_mhc.png"}
     written = {p.name for p in (out / "figures").glob("*.png")}
     assert {n.lower() for n in written} == {n.lower() for n in expected_pngs}
     for name in written:
@@ -56,8 +60,10 @@ def test_smoke_compare_writes_every_report_file(tmp_path, monkeypatch, captured_
         if name in ("val_loss.png", "max_weight_by_depth.png", "hidden_rms_by_depth.png"):
             assert figure_legend(fig) is not None, name
         assert_legible(name, fig)
-    for variant in VARIANTS:
+    for variant in SMOKE_VARIANTS:
         assert f"| {variant}" in report
+    assert "## Training stability" in report and "Training stability" in html
+    assert summary["standard"]["clip_rate_mean"] == results["variants"][0]["runs"][0]["stability"]["clip_rate"]
 
 
 def test_presets_are_listed_and_validated():

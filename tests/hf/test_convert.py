@@ -4,6 +4,7 @@ Every family (Qwen3, Qwen2, Llama, Mistral) is instantiated by transformers with
 saved with `save_pretrained`, converted from disk, and compared with transformers' own logits.
 """
 
+import copy
 import json
 
 import pytest
@@ -19,7 +20,8 @@ SHAPE = dict(vocab_size=100, hidden_size=32, num_hidden_layers=3, num_attention_
              intermediate_size=48, max_position_embeddings=64)
 # The variants that reproduce the standard model at zero queries (method §4).
 EXACT_VARIANTS = [("full_attnres", None, None), ("block_attnres", 2, None), ("delta_attnres", None, None),
-                  ("delta_block", 2, "gate"), ("delta_block", 2, "partial"), ("denseformer", None, None)]
+                  ("delta_block", 2, "gate"), ("delta_block", 2, "partial"), ("denseformer", None, None),
+                  ("hyper_connections", None, None)]  # mHC draws its projections: not function-preserving
 
 
 def hf_config(family, tie=False, **overrides):
@@ -93,7 +95,8 @@ def test_standard_conversion_equals_transformers(checkpoints, family, tie):
 
 
 @pytest.mark.parametrize("residual, num_blocks, exact", EXACT_VARIANTS,
-                         ids=["full", "block", "delta", "delta_block-gate", "delta_block-partial", "denseformer"])
+                         ids=["full", "block", "delta", "delta_block-gate", "delta_block-partial", "denseformer",
+                              "hyper_connections"])
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_function_preserving_variants_equal_transformers(checkpoints, family, tie, residual, num_blocks, exact):
@@ -105,9 +108,12 @@ def test_function_preserving_variants_equal_transformers(checkpoints, family, ti
     directory, hf = checkpoints[family, tie]
     model = convert_checkpoint(directory, residual=residual, num_blocks=num_blocks, exact_conversion=exact)
     assert model.config.residual == residual and len(model.routers) > 0
-    # zero queries; DenseFormer's averages at the identity on the current layer's output
-    assert all(torch.all(router.query == 0) if hasattr(router, "query") else
-               router.alpha.tolist() == [0.0] * (router.alpha.numel() - 1) + [1.0] for router in model.routers)
+    # every mixer at its method's start (zero queries; DenseFormer's averages at the identity on the
+    # current layer's output; the stream mixers' initialisation, method §7.3)
+    for router in model.routers:
+        fresh = copy.deepcopy(router)
+        fresh.reset_parameters()
+        assert all(torch.equal(a, b) for a, b in zip(router.state_dict().values(), fresh.state_dict().values()))
     torch.testing.assert_close(logits(model), logits(hf), rtol=0, atol=1e-4)
 
 

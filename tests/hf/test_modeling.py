@@ -12,7 +12,7 @@ from tests.helpers import activate_routing  # noqa: E402
 
 VARIANTS = [("standard", None, None), ("full_attnres", None, None), ("block_attnres", 2, None),
             ("delta_attnres", None, None), ("delta_block", 2, "gate"), ("delta_block", 2, "partial"),
-            ("denseformer", None, None)]
+            ("denseformer", None, None), ("hyper_connections", None, None), ("mhc", None, None)]
 
 
 def tiny(residual="standard", num_blocks=None, exact=None, tie=True, seed=0):

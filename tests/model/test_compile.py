@@ -11,7 +11,7 @@ from tests.helpers import activate_routing
 @pytest.mark.parametrize("residual, num_blocks, exact, chunk", [
     ("full_attnres", None, None, None), ("full_attnres", None, None, 3), ("block_attnres", 2, None, None),
     ("delta_attnres", None, None, None), ("delta_block", 2, "partial", None), ("delta_block", 2, "gate", None),
-    ("denseformer", None, None, None)])
+    ("denseformer", None, None, None), ("hyper_connections", None, None, None), ("mhc", None, None, None)])
 def test_fullgraph_compile_matches_eager(residual, num_blocks, exact, chunk):
     torch._dynamo.reset()
     torch.manual_seed(0)

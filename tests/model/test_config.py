@@ -26,7 +26,7 @@ def test_config_error_is_a_value_error():
 
 @pytest.mark.parametrize("overrides, pattern", [
     (dict(residual="attnres"), r"residual must be one of \['standard', 'full_attnres', 'block_attnres', "
-                               r"'delta_attnres', 'delta_block', 'denseformer'\], got 'attnres'"),
+                               r"'delta_attnres', 'delta_block', 'denseformer', 'hyper_connections', 'mhc'\], got 'attnres'"),
     (dict(residual="block_attnres"), r"num_blocks is required for residual='block_attnres'; "
                                      r"allowed values for num_layers=6: \[1, 2, 3, 4, 6, 12\]"),
     (dict(residual="delta_block"), r"num_blocks is required .* \[1, 2, 3, 4, 6, 12\]"),

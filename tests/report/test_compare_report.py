@@ -285,7 +285,8 @@ def test_html_references_figures_and_escapes_names(report):
     assert page.startswith("<!DOCTYPE html>") and "<style>" in page
     # laid out for a phone: the device's width, and tables scroll inside their own box
     assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in page
-    assert page.count("<table") == page.count('<div class="table-scroll"><table') == 4
+    # settings, results, cost, runs, training stability
+    assert page.count("<table") == page.count('<div class="table-scroll"><table') == 5
     for fig in json.loads((out / "results.json").read_text())["figures"]:
         assert f'src="{fig}"' in page
     assert "delta &lt;block&gt; (N=2)" in page and "<block>" not in page
@@ -313,3 +314,63 @@ def test_missing_standard_or_variant_key_is_an_error(tmp_path):
     del results["variants"][1]["runs"]
     with pytest.raises(ValueError, match=r"'full_attnres' lacks required key 'runs'"):
         summarize(results)
+
+
+def stability_section(markdown):
+    return markdown.split("## Training stability", 1)[1].split("## Figures", 1)[0]
+
+
+def with_stability(results):
+    """make_results() with event totals on every run but the second seed of ODD_NAME (an older record)."""
+    totals = {"standard": [(1, 0, 0.5), (2, 0, 1.0)], "full_attnres": [(0, 3, 0.25), (0, 1, 0.0)],
+              ODD_NAME: [(4, 2, 0.1), None]}
+    for variant in results["variants"]:
+        for run, values in zip(variant["runs"], totals[variant["name"]]):
+            if values is not None:
+                loss, grad, rate = values
+                run["stability"] = {"loss_spikes": loss, "grad_spikes": grad, "clipped_steps": round(rate * 20),
+                                    "clip_rate": rate, "steps": 20}
+    return results
+
+
+def test_stability_table_shows_the_mean_and_each_seed(tmp_path):
+    results = with_stability(make_results())
+    summary = summarize(results)
+    assert summary["standard"]["loss_spikes_by_seed"] == [1, 2] and summary["standard"]["loss_spikes_mean"] == 1.5
+    assert summary["full_attnres"]["grad_spikes_mean"] == 2.0 and summary["full_attnres"]["clip_rate_mean"] == 0.125
+    assert summary[ODD_NAME]["clip_rate_by_seed"] == [0.1, None]  # the mean is over the seeds that have it
+    assert summary[ODD_NAME]["loss_spikes_mean"] == 4.0
+    write_report(copy.deepcopy(results), tmp_path)
+    section = stability_section((tmp_path / "report.md").read_text())
+    assert "previous 20 steps" in section and "max(6.0 × their median absolute deviation, 0.1 nats)" in section
+    assert "3.0 × the previous 20 steps' median" in section and "train.grad_clip=1.0" in section
+    assert table_row(section, "standard") == ["standard", "1.5 (1, 2)", "0.0 (0, 0)", "75.0% (50.0%, 100.0%)"]
+    assert table_row(section, "full_attnres") == ["full_attnres", "0.0 (0, 0)", "2.0 (3, 1)", "12.5% (25.0%, 0.0%)"]
+    assert table_row(section, "delta &lt;block&gt; (N=2)")[1:] == ["4.0 (4, n/a)", "2.0 (2, n/a)", "10.0% (10.0%, n/a)"]
+    page = (tmp_path / "index.html").read_text()
+    assert "Training stability" in page and "75.0% (50.0%, 100.0%)" in page and "2.0 (3, 1)" in page
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["summary"]["standard"]["clip_rate_by_seed"] == [0.5, 1.0]
+    assert saved["variants"][0]["runs"][1]["stability"]["loss_spikes"] == 2
+    assert summarize(saved) == saved["summary"]
+
+
+def test_stability_table_of_records_without_events_says_not_available(report):
+    _, out, _ = report  # make_results() has no "stability" in any run: records of an older version
+    section = stability_section((out / "report.md").read_text())
+    for name in ("standard", "full_attnres", "delta &lt;block&gt; (N=2)"):
+        assert table_row(section, name)[1:] == ["n/a", "n/a", "n/a"]
+    saved = json.loads((out / "results.json").read_text())["summary"]["standard"]
+    assert saved["loss_spikes_mean"] is None and saved["clip_rate_by_seed"] == [None, None]
+
+
+def test_stability_text_follows_the_presets_settings(tmp_path):
+    results = with_stability(make_results())
+    results["settings"]["train"].update(stability_window=8, grad_clip=None, grad_spike_ratio=5)
+    for variant in results["variants"]:
+        variant["runs"] = variant["runs"][:1]  # one seed: the value alone
+    write_report(results, tmp_path)
+    section = stability_section((tmp_path / "report.md").read_text())
+    assert "previous 8 steps" in section and "5 × the previous 8 steps' median" in section
+    assert "train.grad_clip is null" in section and "from step 9 on" in section
+    assert table_row(section, "standard") == ["standard", "1", "0", "50.0%"]

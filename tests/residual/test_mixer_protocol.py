@@ -96,7 +96,7 @@ def test_a_mixer_refuses_what_it_cannot_do():
 def test_registering_twice_and_bad_rows_are_refused(uniform_variants):
     with pytest.raises(ValueError, match="already registered"):
         register_variant(Variant("uniform_average", "replace", "sublayers", mixer=UniformAverage))
-    with pytest.raises(ValueError, match=r"Variant.mode must be one of \['none', 'replace', 'add', 'average'\]"):
+    with pytest.raises(ValueError, match=r"Variant.mode must be one of \['none', 'replace', 'add', 'average', 'streams'\]"):
         Variant("bad", "mix", "sublayers")
     with pytest.raises(ValueError, match="sources are needed exactly when mode is not 'none'"):
         Variant("bad", "add")

@@ -67,6 +67,46 @@ def route(p, r, sources, eps):
     return p.get(f"residual.routers.{r}.gate", 1.0) * out
 
 
+def stream_coefficients(p, pre, cfg, streams):
+    """(a_pre[j], a_post[k], A_res[j][k]) per token, (B, T) each, for n streams X_j (B, T, D), method §7.3."""
+    n, eps = len(streams), cfg.norm_eps
+    if cfg.residual == "hyper_connections":                  # Zhu et al.: static + tanh-gated corrections
+        a_pre, a_post, a_res = p[pre + "pre"], p[pre + "post"], p[pre + "res"]
+        if not cfg.hc_dynamic:
+            ones = torch.ones(streams[0].shape[:-1], dtype=streams[0].dtype)
+            return ([a_pre[j] * ones for j in range(n)], [a_post[k] * ones for k in range(n)],
+                    [[a_res[j, k] * ones for k in range(n)] for j in range(n)])
+        sa, sb = p[pre + "alpha_scale"], p[pre + "beta_scale"]
+        bars = [rmsnorm(x, p[pre + "norm_weight"], eps) for x in streams]
+        return ([a_pre[j] + sa * torch.tanh(bars[j] @ p[pre + "pre_proj"]) for j in range(n)],
+                [a_post[k] + sb * torch.tanh(bars[k] @ p[pre + "post_proj"]) for k in range(n)],
+                [[a_res[j, k] + sa * torch.tanh(bars[j] @ p[pre + "res_proj"][:, k]) for k in range(n)]
+                 for j in range(n)])
+    flat = torch.cat(streams, -1)                             # mHC: one map of the normalised flattened streams
+    flat = flat / torch.sqrt((flat * flat).mean(-1, keepdim=True) + eps)
+    m = flat @ p[pre + "fn"].T + 0 * flat[..., :1]
+    scale, base = p[pre + "scale"], p[pre + "base"]
+    a_pre = [torch.sigmoid(m[..., j] * scale[0] + base[j]) + 1e-6 for j in range(n)]
+    a_post = [2 * torch.sigmoid(m[..., n + k] * scale[1] + base[n + k]) for k in range(n)]
+    logits = [[m[..., 2 * n + j * n + k] * scale[2] + base[2 * n + j * n + k] for k in range(n)] for j in range(n)]
+    a = [[None] * n for _ in range(n)]
+    for j in range(n):                                        # softmax over k of row j, + eps
+        top = torch.stack(logits[j]).amax(0)
+        total = sum(torch.exp(logits[j][k] - top) for k in range(n))
+        for k in range(n):
+            a[j][k] = torch.exp(logits[j][k] - top) / total + 1e-6
+    for it in range(cfg.hc_sinkhorn_iters):                   # columns; then rows and columns
+        if it > 0:
+            for j in range(n):
+                row = sum(a[j][k] for k in range(n)) + 1e-6
+                a[j] = [a[j][k] / row for k in range(n)]
+        for k in range(n):
+            col = sum(a[j][k] for j in range(n)) + 1e-6
+            for j in range(n):
+                a[j][k] = a[j][k] / col
+    return a_pre, a_post, a
+
+
 def reference_logits(p, cfg, ids):
     n = 2 * cfg.num_layers
     e = p["embed_tokens.weight"][ids]
@@ -128,6 +168,21 @@ def reference_logits(p, cfg, ids):
             else:
                 y = x
         hidden = y
+    elif cfg.residual in ("hyper_connections", "mhc"):       # method §7.3: n residual streams
+        streams = [e] * cfg.hc_streams
+        for s in range(n):
+            a_pre, a_post, a_res = stream_coefficients(p, f"residual.routers.{s}.", cfg, streams)
+            delta = sublayer(p, s, sum(a_pre[j][..., None] * x for j, x in enumerate(streams)), cfg)
+            streams = [sum(a_res[j][k][..., None] * x for j, x in enumerate(streams)) + a_post[k][..., None] * delta
+                       for k in range(cfg.hc_streams)]
+        if cfg.residual == "hyper_connections":               # the paper's output: the streams' sum
+            hidden = sum(streams)
+        else:                                                 # DeepSeek-V4's head collapse
+            head = f"residual.routers.{n}."
+            flat = torch.cat(streams, -1)
+            flat = flat / torch.sqrt((flat * flat).mean(-1, keepdim=True) + eps)
+            w = torch.sigmoid(flat @ p[head + "fn"].T * p[head + "scale"] + p[head + "base"]) + 1e-6
+            hidden = sum(w[..., j, None] * x for j, x in enumerate(streams))
     return rmsnorm(hidden, p["norm.weight"], eps) @ p["lm_head.weight"].T
 
 
@@ -153,6 +208,10 @@ def randomise_routing(model, seed=0):
         for router in model.routers:
             if hasattr(router, "alpha"):  # DenseFormer's averaging weights: any sign, around the identity
                 router.alpha.add_(0.5 * torch.randn(router.alpha.shape, generator=g))
+                continue
+            if router.mixes_streams:  # hyper-connections, mHC: every coefficient parameter moved
+                for param in router.parameters():
+                    param.add_(0.3 * torch.randn(param.shape, generator=g, dtype=param.dtype))
                 continue
             router.query.copy_(torch.randn(router.query.shape, generator=g) * 2.0)
             router.key_norm.weight.copy_(1 + 0.5 * torch.randn(router.query.shape, generator=g))
@@ -184,6 +243,19 @@ def test_denseformer_logits_match_independent_reference(dilation, period):
     model = make_model("denseformer", None, None, init_std=0.2, denseformer_dilation=dilation,
                        denseformer_period=period).double()
     assert len(model.routers) == 5 // period
+    assert_matches_reference(model)
+
+
+STREAM_CASES = [("hyper_connections", {}), ("hyper_connections", {"hc_dynamic": False}),
+                ("hyper_connections", {"hc_streams": 3}), ("mhc", {}), ("mhc", {"hc_streams": 2, "hc_sinkhorn_iters": 5})]
+
+
+@pytest.mark.parametrize("residual, options", STREAM_CASES, ids=lambda v: str(v))
+def test_stream_variants_match_independent_reference(residual, options):
+    """Hyper-connections and mHC (method §7.3), every coefficient parameter randomised, float64."""
+    torch.manual_seed(0)
+    model = make_model(residual, None, None, init_std=0.2, **options).double()
+    assert len(model.routers) == 2 * 5 + 1
     assert_matches_reference(model)
 
 
@@ -229,7 +301,8 @@ def test_block_attnres_with_2L_blocks_is_full_attnres():
 PRESERVING = [("full_attnres", None, None), ("block_attnres", 2, None), ("block_attnres", 4, None),
               ("block_attnres", 1, None), ("delta_attnres", None, None),
               ("delta_block", 2, "gate"), ("delta_block", 4, "gate"),
-              ("delta_block", 2, "partial"), ("delta_block", 4, "partial"), ("delta_block", 1, "partial")]
+              ("delta_block", 2, "partial"), ("delta_block", 4, "partial"), ("delta_block", 1, "partial"),
+              ("hyper_connections", None, None)]
 
 
 def zero_init_pair(residual, num_blocks, exact):

@@ -64,10 +64,16 @@ def ablated_source(model: AttnResLM, router: int, source: int, kind: str) -> con
     if kind not in ABLATIONS:
         raise ValueError(f"ablation kind must be one of {list(ABLATIONS)}, got {kind!r}")
 
-    def replace(_module, args, kwargs):
+    def ablate(v: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(v) if kind == "zero" else v.mean(dim=(0, 1), keepdim=True).expand_as(v)
+
+    def replace(module, args, kwargs):
+        if module.mixes_streams:  # hyper-connections, mHC: the sources are the streams (B, T, n, D)
+            streams = args[0].clone()
+            streams[..., source, :] = ablate(streams[..., source, :])
+            return (streams, *args[1:]), kwargs
         sources = list(args[0])
-        v = sources[source]
-        sources[source] = torch.zeros_like(v) if kind == "zero" else v.mean(dim=(0, 1), keepdim=True).expand_as(v)
+        sources[source] = ablate(sources[source])
         return (sources, *args[1:]), kwargs
 
     return _hooked(model.routers[router], replace)

@@ -8,14 +8,15 @@ from pathlib import Path
 from attnres.common.checks import check_int
 from attnres.common.config_files import bundled_config_dir, bundled_presets, parse_assignment, read_yaml_mapping
 from attnres.compare.cost import CostSettings
-from attnres.model.config import DENSEFORMER_FIELDS, ROUTER_ABLATION_FIELDS, variant_name
+from attnres.model.config import DENSEFORMER_FIELDS, ROUTER_ABLATION_FIELDS, STREAM_FIELDS, variant_name
 from attnres.report.names import slug
 from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
 
 
 # What a variant may set: the residual scheme, router ablations and DenseFormer's layout (model
 # fields) and the router-query initialisation.
-VARIANT_MODEL_KEYS = ("residual", "num_blocks", "exact_conversion", *ROUTER_ABLATION_FIELDS, *DENSEFORMER_FIELDS)
+VARIANT_MODEL_KEYS = ("residual", "num_blocks", "exact_conversion", *ROUTER_ABLATION_FIELDS, *DENSEFORMER_FIELDS,
+                      *STREAM_FIELDS)
 VARIANT_TRAIN_KEYS = ("query_init",)
 
 

@@ -25,6 +25,7 @@ from attnres.routing import resolve_impl
 from attnres.train import train
 from attnres.train.metrics import read_metrics
 from attnres.train.run_config import RunConfig, RunConfigError
+from attnres.train.stability import run_totals
 
 WARMUP_STEPS_EXCLUDED = 3  # first steps pay one-off costs (allocation, caches)
 
@@ -176,4 +177,5 @@ def _run_record(run, result, seed: int, device: str) -> dict:
         "tokens_per_s": cfg.tokens_per_step / step_time,
         "tokens": cfg.steps * cfg.tokens_per_step,
         "depth_stats": collect_depth_stats(result.model, val).to_dict(),
+        "stability": run_totals(records),  # loss / gradient-norm spikes and clipping over the whole run
     }

@@ -144,6 +144,11 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
     if config.seq_len > model.max_seq_len:
         raise PipelineConfigError(f"PipelineConfig.seq_len={config.seq_len} exceeds ModelConfig.max_seq_len="
                                   f"{model.max_seq_len}")
+    if VARIANTS[model.residual].mode == "streams":
+        raise PipelineConfigError(
+            f"ModelConfig.residual={model.residual!r} keeps {model.hc_streams} residual streams (B, T, n, D) between "
+            f"sub-layers; pipeline stages send (B, T, D) tensors and do not carry the streams yet. Train it "
+            f"without a pipeline (data parallelism applies)")
     sizes = _layers_per_stage(model.num_layers, num_stages, config.layers_per_stage)
     bounds = tuple(sum(sizes[:j]) for j in range(num_stages + 1))
     policy = source_policy(model.residual, model.num_layers, model.num_blocks, model.exact_conversion,

@@ -41,6 +41,9 @@ class AttnResConfig(PreTrainedConfig):
     router_key_norm: bool = True
     denseformer_dilation: int = 1
     denseformer_period: int = 1
+    hc_streams: int | None = None
+    hc_dynamic: bool | None = None
+    hc_sinkhorn_iters: int | None = None
     use_cache: bool = True
     # Special tokens (eos may be a list): carried from a converted model's source or a training run's
     # tokenizer, so generate() stops at the end of sequence and pads with the right id.
@@ -52,6 +55,8 @@ class AttnResConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         model_config = self.to_model_config()  # raises ConfigError naming the field
         self.head_dim = model_config.head_dim
+        for name in ("hc_streams", "hc_dynamic", "hc_sinkhorn_iters"):  # the stream variants' defaults, resolved
+            setattr(self, name, getattr(model_config, name))
 
     def to_model_config(self) -> ModelConfig:
         """The attnres ModelConfig these fields describe."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number
-from attnres.residual import (VARIANTS, check_chunk_size, check_residual, check_router_options, router_options,
-                              valid_num_blocks)
+from attnres.residual import (STREAM_OPTIONS, VARIANTS, check_chunk_size, check_residual, check_router_options,
+                              check_stream_options, router_options, stream_options, valid_num_blocks)
 from attnres.routing import IMPLS
 
 # The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
@@ -24,6 +24,8 @@ HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads
 ROUTER_ABLATION_FIELDS = ("router_query", "router_weights", "router_key_norm")
 # DenseFormer's averaging layout (method §7): a variant of a comparison may set them too.
 DENSEFORMER_FIELDS = ("denseformer_dilation", "denseformer_period")
+# The stream variants' options (method §7.3): hc_streams, hc_dynamic, hc_sinkhorn_iters.
+STREAM_FIELDS = tuple(STREAM_OPTIONS)
 
 
 class ConfigError(ValueError):
@@ -51,6 +53,9 @@ class ModelConfig:
     reference code (docs/method.md §7.1). `denseformer_dilation` k and `denseformer_period` p
     (residual "denseformer" only): an average after every p-th layer, over every k-th state
     (Pagliardini et al.'s k x p DenseFormer; 1 and 1 average after every layer over all states).
+    `hc_streams` n (hyper_connections and mhc; None: 4), `hc_dynamic` (hyper_connections; None:
+    True, the dynamic form) and `hc_sinkhorn_iters` (mhc; None: 20): the stream variants (method
+    §7.3); None is replaced by the default at construction, and stays None for other variants.
     """
 
     vocab_size: int
@@ -77,6 +82,9 @@ class ModelConfig:
     router_key_norm: bool = True
     denseformer_dilation: int = 1
     denseformer_period: int = 1
+    hc_streams: int | None = None
+    hc_dynamic: bool | None = None
+    hc_sinkhorn_iters: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -105,6 +113,10 @@ class ModelConfig:
                        period=self.denseformer_period)
         check_router_options(self.residual, self.router_query, self.router_weights, self.router_key_norm,
                              self.routing_impl, prefix="ModelConfig.", error=ConfigError)
+        streams = {name: getattr(self, name) for name in STREAM_FIELDS}
+        check_stream_options(self.residual, self.routing_impl, prefix="ModelConfig.", error=ConfigError, **streams)
+        for name, value in stream_options(self.residual, **streams).items():
+            object.__setattr__(self, name, value)
         self._check_chunk_size()
 
     def _check_chunk_size(self) -> None:
@@ -149,7 +161,8 @@ class ModelConfig:
 
 def variant_name(fields: dict) -> str:
     """Display name of a residual variant from ModelConfig fields (residual, num_blocks,
-    exact_conversion, the router ablations) and a comparison's query_init, e.g. "block_attnres (N=4)",
+    exact_conversion, the router ablations, the stream options) and a comparison's query_init, e.g.
+    "block_attnres (N=4)", "hyper_connections [static]",
     "delta_block (N=2) [gate]" or "block_attnres (N=8) [q~N(0,0.02)]"."""
     name = fields["residual"]
     if fields.get("num_blocks"):
@@ -157,6 +170,13 @@ def variant_name(fields: dict) -> str:
     layout = (fields.get("denseformer_dilation") or 1, fields.get("denseformer_period") or 1)
     if layout != (1, 1):
         name += f" ({layout[0]}x{layout[1]})"  # the paper's k x p DenseFormer
+    defaults = stream_options(fields["residual"])
+    if fields.get("hc_streams") not in (None, defaults["hc_streams"]):
+        name += f" (n={fields['hc_streams']})"
+    if fields.get("hc_dynamic") is False:
+        name += " [static]"
+    if fields.get("hc_sinkhorn_iters") not in (None, defaults["hc_sinkhorn_iters"]):
+        name += f" [{fields['hc_sinkhorn_iters']} sinkhorn]"
     if fields.get("exact_conversion"):
         name += f" [{fields['exact_conversion']}]"
     if fields.get("query_init") == "normal":

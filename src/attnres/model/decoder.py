@@ -54,7 +54,8 @@ class AttnResLM(nn.Module):
             routing_impl=config.routing_impl, chunk_size=config.routing_chunk_size,
             router_query=config.router_query, router_weights=config.router_weights,
             router_key_norm=config.router_key_norm, denseformer_dilation=config.denseformer_dilation,
-            denseformer_period=config.denseformer_period)
+            denseformer_period=config.denseformer_period, hc_streams=config.hc_streams,
+            hc_dynamic=config.hc_dynamic, hc_sinkhorn_iters=config.hc_sinkhorn_iters, init_std=config.init_std)
         self.reset_parameters()
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight

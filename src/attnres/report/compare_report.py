@@ -16,6 +16,7 @@ from attnres.model.config import router_ablation_labels
 from attnres.report.compare_summary import BASELINE, run_depth_stats, summarize
 from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
 from attnres.report.names import slug, unique_name
+from attnres.train.config import TrainConfig
 
 
 # ---------------------------------------------------------------- formatting
@@ -86,6 +87,29 @@ RUN_HEADER = ["variant", "seed", "final val loss", "training step, wall (s)", "t
 def _run_row(name: str, run: dict) -> list[str]:
     return [name, str(run["seed"]), fmt(run["final_val_loss"], ".3f"), fmt(run.get("step_time_s"), ".3f"),
             fmt(run.get("tokens_per_s"), ",.1f")]
+
+
+STABILITY_HEADER = ["variant", "loss spikes", "grad-norm spikes", "clip rate"]
+NOT_RECORDED = "n/a"  # a run recorded before divergence events were counted
+
+
+def per_seed_cell(mean, by_seed: list, mean_spec: str, seed_spec: str) -> str:
+    """The mean over seeds, then each seed's value in seed order: "1.5 (1, 2)"; one seed: its value
+    alone; "n/a" for a seed (or, when no seed has one, the cell) without the value."""
+    if mean is None:
+        return NOT_RECORDED
+    if len(by_seed) < 2:
+        return fmt(mean, seed_spec)
+    values = ", ".join(NOT_RECORDED if value is None else fmt(value, seed_spec) for value in by_seed)
+    return f"{fmt(mean, mean_spec)} ({values})"
+
+
+def stability_row(name: str, entry: dict) -> list[str]:
+    """One row of the training-stability table: loss spikes, gradient-norm spikes (counts) and clip rate
+    (share of steps), each as the mean over seeds with the per-seed values."""
+    return [name, per_seed_cell(entry.get("loss_spikes_mean"), entry.get("loss_spikes_by_seed") or [], ".1f", ".0f"),
+            per_seed_cell(entry.get("grad_spikes_mean"), entry.get("grad_spikes_by_seed") or [], ".1f", ".0f"),
+            per_seed_cell(entry.get("clip_rate_mean"), entry.get("clip_rate_by_seed") or [], ".1%", ".1%")]
 
 
 def _compact(value) -> str:
@@ -168,6 +192,34 @@ def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[st
                         "source (column); blank cells are sources the router cannot see. Sources: "
                         f"{plots.source_key(columns)}."))
     return figures
+
+
+def _train_setting(results: dict, name: str):
+    """A training setting of the compared runs: the preset's value, else TrainConfig's default."""
+    train = (results.get("settings") or {}).get("train")
+    if isinstance(train, dict) and name in train:
+        return train[name]
+    return TrainConfig.__dataclass_fields__[name].default
+
+
+def _stability_blocks(results: dict, summary: dict) -> list[tuple]:
+    """The training-stability section: how events are defined (with the runs' settings) and the table."""
+    setting = {name: _train_setting(results, name) for name in
+               ("stability_window", "loss_spike_mads", "loss_spike_floor", "grad_spike_ratio", "grad_clip")}
+    window = setting["stability_window"]
+    clip = ("the share of steps whose pre-clip gradient norm was above train.grad_clip="
+            f"{setting['grad_clip']}" if setting["grad_clip"] is not None else
+            "0% throughout: train.grad_clip is null, so no step was clipped")
+    text = (f"Events that make runs diverge, counted over every training step (attnres.train.stability, "
+            f"docs/training.md). Loss spike: a step whose training loss is above the median of the previous "
+            f"{window} steps' losses by more than max({setting['loss_spike_mads']} × their median absolute "
+            f"deviation, {setting['loss_spike_floor']} nats). Grad-norm spike: a pre-clip gradient norm above "
+            f"{setting['grad_spike_ratio']} × the previous {window} steps' median. Spikes are looked for from step "
+            f"{window + 1} on; each one's step is in its run's metrics.jsonl with an \"event\" list. Clip rate: "
+            f"{clip}. Each cell is the mean over seeds, then each seed's value in seed order; "
+            f"{NOT_RECORDED}: a run recorded before these events were counted.")
+    rows = [stability_row(name, entry) for name, entry in summary.items()]
+    return [("h2", "Training stability"), ("p", text), ("table", STABILITY_HEADER, rows, True)]
 
 
 def _machine_text(machine: dict) -> str:
@@ -259,6 +311,7 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                ("p", "Training step: the median wall time of each run's training steps (its first few left out); runs "
                      "were made one after another, so these times include whatever else the machine did then and "
                      "are not a cost comparison (the Cost section is)."),
+               *_stability_blocks(results, summary),
                ("h2", "Figures")]
     blocks += [("figure", path, alt, caption) for path, alt, caption in figures]
     return blocks
@@ -274,7 +327,8 @@ def write_report(results: dict, out_dir: Path) -> list[Path]:
     "variants": [{"name", "residual", "num_blocks", "exact_conversion", "query_init" (the last three
     optional), "runs": [{"seed", "run_dir", "val_curve": [[step, loss]], "train_curve", "final_val_loss",
     "step_time_s" (median training-step wall time, informational), "tokens_per_s", "tokens",
-    "depth_stats": DepthStats.to_dict()}, ...]}, ...], "cost": `attnres.compare.cost.measure_costs`'s
+    "depth_stats": DepthStats.to_dict(), "stability": `attnres.train.stability.run_totals` (optional:
+    without it the stability table shows n/a)}, ...]}, ...], "cost": `attnres.compare.cost.measure_costs`'s
     {"settings": {"repeats", "warmup", "noise_threshold", "seed", "batch_size", "seq_len", "precision",
     "routing_impl", "routing", "device"}, "created", "machine", "variants": {name: {"model",
     "parameters", "train_step_s": {"median_s", "samples_s": one per round}, "memory": {"peak_bytes",

@@ -21,6 +21,8 @@ REQUIRED_RUN_KEYS = ("seed", "val_curve", "final_val_loss", "depth_stats")
 COST_KEYS = ("step_time_s", "step_time_ratio", "step_time_low", "step_time_high", "step_time_coverage",
              "step_time_spread",
              "step_time_noisy", "peak_memory_bytes", "activation_bytes", "peak_memory_ratio", "activation_ratio")
+# A run record's "stability" totals (`attnres.train.stability.run_totals`) that the summary carries per variant.
+STABILITY_KEYS = ("loss_spikes", "grad_spikes", "clip_rate")
 
 
 def _checked_variants(results: dict) -> list[dict]:
@@ -80,6 +82,17 @@ def _average_curve(curves: list[list]) -> list[list[float]]:
     return [[step, mean(v), sample_std(v)] for step, v in sorted(by_step.items())]
 
 
+def stability_summary(runs: list[dict]) -> dict:
+    """For each of STABILITY_KEYS: `<key>_by_seed` (each run's total in run order, None for a run recorded
+    before events were counted) and `<key>_mean` (the mean over the runs that have it; None if none)."""
+    out = {}
+    for key in STABILITY_KEYS:
+        by_seed = [(run.get("stability") or {}).get(key) for run in runs]
+        out[f"{key}_by_seed"] = by_seed
+        out[f"{key}_mean"] = mean([float(value) for value in by_seed if value is not None])
+    return out
+
+
 def cost_summary(cost: dict | None, name: str, baseline: str = BASELINE) -> dict:
     """The cost figures of variant `name` from results["cost"] (`attnres.compare.cost.measure_costs`):
     step_time_s (median seconds of its training step), step_time_ratio (median over rounds of its
@@ -122,6 +135,7 @@ def _summarize_variant(variant: dict, baseline: dict) -> dict:
     out["hidden_rms_by_depth"] = _mean_by_position([s["hidden_rms"] for s in stats])
     out["val_curve"] = _average_curve([r["val_curve"] for r in runs])
     out["train_curve"] = _average_curve([r.get("train_curve") or [] for r in runs])
+    out.update(stability_summary(runs))
     return out
 
 
@@ -135,8 +149,10 @@ def summarize(results: dict) -> dict:
     training; None without one), max_weight_deep (mean over seeds of the mean max weight of
     the deepest third of multi-source routers; None if none), max_weight_by_depth and
     hidden_rms_by_depth (per router / per depth, mean over seeds), val_curve and train_curve
-    ([[step, mean, std], ...] over seeds), plus residual, num_blocks, exact_conversion, query_init
-    and the router ablations it sets (the variant's fields, for its figure style) and seeds.
+    ([[step, mean, std], ...] over seeds), the divergence events of `stability_summary`
+    (loss_spikes_mean / _by_seed, grad_spikes_*, clip_rate_*; None where not recorded), plus residual,
+    num_blocks, exact_conversion, query_init and the router ablations it sets (the variant's fields,
+    for its figure style) and seeds.
     Raises ValueError if `standard` is missing or a run lacks a required key.
     """
     variants = _checked_variants(results)

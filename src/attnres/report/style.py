@@ -20,9 +20,10 @@ from attnres.model.config import router_ablation_labels
 
 # The built-in residuals; tab10 colours, standard in dark grey as the neutral reference.
 RESIDUAL_COLORS = {"standard": "#4d4d4d", "full_attnres": "#1f77b4", "block_attnres": "#ff7f0e",
-                   "delta_attnres": "#2ca02c", "delta_block": "#d62728", "denseformer": "#9467bd"}
+                   "delta_attnres": "#2ca02c", "delta_block": "#d62728", "denseformer": "#9467bd",
+                   "hyper_connections": "#8c564b", "mhc": "#e377c2"}
 # Residuals registered later get one of these, chosen by a hash of the name (the same in every run).
-SPARE_COLORS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf")
+SPARE_COLORS = ("#bcbd22", "#17becf", "#aec7e8", "#98df8a")
 BLOCK_MARKERS = {None: "o", 1: "v", 2: "^", 4: "s", 8: "D", 16: "P", 32: "X"}
 SPARE_MARKERS = ("<", ">", "h", "p", "*", "8", "d")
 LINESTYLES = {None: "-", "gate": "-.", "partial": ":"}

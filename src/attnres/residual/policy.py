@@ -112,3 +112,24 @@ class StatePolicy:
     def source_names(self, m: int) -> list[str]:
         """Names of the sources mixer m sees, e.g. ['e', 'x2', 'x4']."""
         return ["e" if j == 0 else f"{self.symbol}{j}" for j in self.state_indices(self.mixer_layers[m])]
+
+
+@dataclass(frozen=True)
+class StreamPolicy:
+    """Hyper-connections' sources (method §7.3): n residual streams h1 .. hn, (B, T, n, D) together.
+
+    Every sub-layer's mixer reads all n streams and writes its output back into them; the final
+    collapse reads them too. The streams start as n copies of the embedding.
+    """
+
+    num_sublayers: int
+    num_streams: int = 4
+    symbol: str = "h"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.num_streams, int) or isinstance(self.num_streams, bool) or self.num_streams < 1:
+            raise ValueError(f"num_streams must be a positive integer, got {self.num_streams!r}")
+
+    def source_names(self, s: int) -> list[str]:
+        """Names of the streams mixer s reads (the same for every mixer), e.g. ['h1', 'h2', 'h3', 'h4']."""
+        return [f"{self.symbol}{k}" for k in range(1, self.num_streams + 1)]

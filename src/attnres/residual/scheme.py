@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from attnres.common.checks import check_choice, check_int
-from attnres.residual.policy import SourcePolicy, StatePolicy
+from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy
 from attnres.routing import IMPLS, DepthMixer, GroupRouting, RoutedPrefix, Router, inv_rms, resolve_impl, route_group
 
-MODES = ("none", "replace", "add", "average")
+MODES = ("none", "replace", "add", "average", "streams")
 
 
 def auto_chunk_size(num_routers: int) -> int:
@@ -64,6 +64,10 @@ class StreamState:
     group:   two-phase paths: phase 1 of the current group's mixers (a block, or a chunk of
              per-sub-layer routers) over the sources completed before it, computed once, at the
              group's first sub-layer.
+    written: mode "streams": the coefficients the current sub-layer's mixer computed when reading
+             the streams, for writing its output back.
+
+    In mode "streams" the stream is the n residual streams, (B, T, n, D).
     """
 
     stream: torch.Tensor | None
@@ -73,6 +77,7 @@ class StreamState:
     impl: str = "reference"
     inv_rms: list[torch.Tensor] = field(default_factory=list)
     group: GroupRouting | None = None
+    written: tuple | None = None
 
 
 class ResidualScheme(nn.Module):
@@ -83,13 +88,17 @@ class ResidualScheme(nn.Module):
     mode "add":     h_s = x_s + R_s(sources_s);      x_{s+1} = x_s + delta_s; hidden = x_{2L}
     mode "average": h_s = x_s;  x_{s+1} = x_s + delta_s, and after a layer t that a `StatePolicy` names,
                     the stream becomes A_m(states x_j it reads) (DenseFormer); hidden = the stream
+    mode "streams": n streams X (`StreamPolicy`); h_s = R_s.read(X), X <- R_s.write(X, delta_s);
+                    hidden = R_final(X) (hyper-connections, mHC; `attnres.routing.hyper`)
 
     R is a `DepthMixer` (by default the `Router` of method §2), built as mixer(hidden_size, eps,
     gated=gated). Every sub-layer of a routed scheme has one, `routers[s]`, also where it sees a
     single source (a router's weight is then exactly 1 and its query gets zero gradient): mixer
     index equals sub-layer index. Mode "replace" appends the final mixer last. Mode "average" has one
     mixer per averaging layer instead (`StatePolicy.mixer_layers`). All parameters of a scheme are
-    its mixers' (routing parameters).
+    its mixers' (routing parameters). Mode "streams" builds mixer(hidden_size, eps, num_streams=n,
+    index=s) per sub-layer and `mixer.final(...)` last; any impl but "reference" takes the stream
+    mixers' lean path (no normalised copy of the streams, docs/method.md §7.3).
 
     Fast paths route static-query mixers in groups (two-phase routing, method §5): each block of a
     block policy, and for a per-sub-layer policy (block_size 1) each chunk of `chunk_size`
@@ -99,7 +108,7 @@ class ResidualScheme(nn.Module):
 
     def __init__(self, num_sublayers: int, mode: str, policy: SourcePolicy | StatePolicy | None, hidden_size: int,
                  eps: float, mixer: type[DepthMixer] = Router, gated: bool = False, impl: str = "auto",
-                 chunk_size: int | None = None, mixer_options: dict | None = None) -> None:
+                 chunk_size: int | None = None, mixer_options: dict | None = None, init_std: float = 0.02) -> None:
         super().__init__()
         check_choice(mode, "mode", MODES)
         if (mode == "none") != (policy is None):
@@ -108,13 +117,16 @@ class ResidualScheme(nn.Module):
             raise ValueError("a gate only applies to additive routing (mode='add')")
         if (mode == "average") != isinstance(policy, StatePolicy):
             raise ValueError("mode 'average' takes a StatePolicy, and a StatePolicy takes mode 'average'")
+        if (mode == "streams") != isinstance(policy, StreamPolicy) or (mode == "streams") != mixer.mixes_streams:
+            raise ValueError("mode 'streams' takes a StreamPolicy and a stream mixer (mixes_streams), and they take it")
         check_choice(impl, "impl", IMPLS)
         self.num_sublayers = num_sublayers
         self.eps = eps
         self.impl = impl
         self.mode = mode
         self.policy = policy
-        options = {**({"gated": True} if gated else {}), **(mixer_options or {})}
+        options = {**({"gated": True} if gated else {}), **(mixer_options or {}),
+                   **({"init_std": init_std} if mixer.takes_init_std else {})}
         if mode == "average":
             sizes = [len(policy.source_names(m)) for m in range(len(policy.mixer_layers))]
         else:
@@ -125,7 +137,14 @@ class ResidualScheme(nn.Module):
             sized = {"num_sources": num_sources} if mixer.takes_num_sources else {}
             return mixer(hidden_size, eps, **options, **sized)
 
-        self.routers = nn.ModuleList(build(n) for n in sizes)
+        if mode == "streams":
+            n = policy.num_streams
+            self.routers = nn.ModuleList([*(mixer(hidden_size, eps, num_streams=n, index=s, **options)
+                                            for s in range(num_sublayers)),
+                                          mixer.final(hidden_size, eps, num_streams=n, **options)])
+            num_mixers = len(self.routers)
+        else:
+            self.routers = nn.ModuleList(build(n) for n in sizes)
         # x_s, the standard residual stream: the stream of modes "none" and "add", and in "replace"
         # what an input-dependent query reads (mixers with needs_stream).
         self.keeps_stream = mode != "replace" or any(m.needs_stream for m in self.routers)
@@ -140,8 +159,12 @@ class ResidualScheme(nn.Module):
 
     def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
         """Initial state from the token embedding e (B, T, D)."""
+        if self.mode == "streams":  # n copies of the embedding
+            n = self.policy.num_streams
+            return self.resume(embedding.unsqueeze(-2).expand(*embedding.shape[:-1], n, embedding.shape[-1]), [],
+                               None, record_routing)
         return self.resume(embedding if self.keeps_stream else None,
-                           [] if self.mode == "none" else [embedding], None, record_routing)
+                           [] if self.mode in ("none", "streams") else [embedding], None, record_routing)
 
     def resume(self, stream: torch.Tensor | None, sources: list[torch.Tensor], partial: torch.Tensor | None,
                record_routing: bool = False) -> StreamState:
@@ -149,6 +172,8 @@ class ResidualScheme(nn.Module):
         received: x_s (B, T, D), or None when the scheme keeps no stream (`keeps_stream`: mode
         "replace" without a mixer that reads it), the completed sources, the partial or None."""
         device = (stream if stream is not None else sources[0]).device
+        if self.mode == "streams" and stream.dim() != 4:
+            raise ValueError(f"mode 'streams' resumes from the streams (B, T, n, D), got shape {tuple(stream.shape)}")
         return StreamState(stream=stream, sources=sources, partial=partial,
                            routing=[] if record_routing and self.mode != "none" else None,
                            impl=resolve_impl(self.impl, device))
@@ -157,6 +182,9 @@ class ResidualScheme(nn.Module):
         """h_s (B, T, D): what sub-layer s normalises and transforms."""
         if self.mode in ("none", "average"):
             return state.stream
+        if self.mode == "streams":
+            h, state.written = self._read(s, state)
+            return h
         sources = state.sources
         if state.partial is not None and self.policy.partial_source:
             sources = sources + [state.partial]
@@ -165,6 +193,10 @@ class ResidualScheme(nn.Module):
 
     def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
         """Record sub-layer s's output delta_s (B, T, D): advance the stream and the block sums."""
+        if self.mode == "streams":
+            state.stream = self.routers[s].write(state.stream, delta, state.written)
+            state.written = None
+            return
         if state.stream is not None:
             state.stream = state.stream + delta
         if self.mode == "none":
@@ -192,13 +224,15 @@ class ResidualScheme(nn.Module):
         """The hidden state (B, T, D) fed to the final norm and the head."""
         if self.mode == "replace":
             return self._mix(len(self.routers) - 1, state.sources, state)
+        if self.mode == "streams":
+            return self._read(len(self.routers) - 1, state)[0]
         return state.stream
 
     def source_names(self) -> list[list[str]]:
         """For each mixer in order, the names of the sources it sees (see `SourcePolicy`)."""
         if self.policy is None:
             return []
-        if self.mode == "average":
+        if self.mode in ("average", "streams"):
             return [self.policy.source_names(m) for m in range(len(self.routers))]
         names = [self.policy.source_names(s) for s in range(self.num_sublayers)]
         return names + ([self.policy.final_source_names()] if self.mode == "replace" else [])
@@ -227,6 +261,15 @@ class ResidualScheme(nn.Module):
         if record:
             state.routing.append(weights)
         return mixed
+
+    def _read(self, index: int, state: StreamState) -> tuple[torch.Tensor, tuple]:
+        """Stream mixer `index` reads the streams (B, T, n, D): (h (B, T, D), its write coefficients);
+        records its read weights (B, T, n) when recording."""
+        record = state.routing is not None
+        h, weights, written = self.routers[index](state.stream, need_weights=record, lean=state.impl != "reference")
+        if record:
+            state.routing.append(weights)
+        return h, written
 
     def _group_prefix(self, s: int, state: StreamState) -> RoutedPrefix:
         """Mixer s's phase-1 result (method §5): at its group's first mixer, all of the group's

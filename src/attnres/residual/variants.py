@@ -11,16 +11,24 @@ import math
 from dataclasses import dataclass
 
 from attnres.common.checks import check_bool, check_choice, is_int
-from attnres.residual.policy import SourcePolicy, StatePolicy, valid_num_blocks
+from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, valid_num_blocks
 from attnres.residual.scheme import MODES, ResidualScheme
-from attnres.routing import IMPLS, QUERY_KINDS, WEIGHT_KINDS, DepthMixer, DepthWeightedAverage, Router
+from attnres.routing import (IMPLS, QUERY_KINDS, WEIGHT_KINDS, DepthMixer, DepthWeightedAverage, HyperConnection,
+                             ManifoldHyperConnection, Router)
 
-SOURCE_KINDS = ("none", "sublayers", "blocks", "states")
+SOURCE_KINDS = ("none", "sublayers", "blocks", "states", "streams")
 # What each exact_conversion value (method §4) changes: a zero-initialised gate on every mixer, or
 # the current block's partial sum as one more source (then the sources sum to x_s).
 EXACT_CONVERSIONS = ("gate", "partial")
 # The Router options of method §2, which the router ablations (method §7) change.
 ROUTER_DEFAULTS = {"query": "static", "weights": "softmax", "key_norm": True}
+# The stream variants' options (method §7.3): ModelConfig field -> (the variants it applies to, the
+# papers' default, the mixer option it sets or None). None in a config means the default.
+STREAM_OPTIONS = {"hc_streams": (("hyper_connections", "mhc"), 4, None),
+                  "hc_dynamic": (("hyper_connections",), True, "dynamic"),
+                  "hc_sinkhorn_iters": (("mhc",), 20, "sinkhorn_iters")}
+# The stream variants' fast path recomputes in backward; the routing kernels do not apply.
+STREAM_IMPLS = ("auto", "reference", "lean")
 
 
 @dataclass(frozen=True)
@@ -32,8 +40,9 @@ class Variant:
               "add" (h_s = x_s + R_s(...)) or "average" (after a layer, the stream becomes a mixture
               of the states so far); see `ResidualScheme`.
     sources:  "none", "sublayers" (the embedding and every sub-layer output), "blocks" (the
-              embedding and each completed block's summary; needs num_blocks) or "states" (the
-              embedding and the stream after each layer; mode "average", `StatePolicy`).
+              embedding and each completed block's summary; needs num_blocks), "states" (the
+              embedding and the stream after each layer; mode "average", `StatePolicy`) or
+              "streams" (n residual streams; mode "streams", `StreamPolicy`).
     symbol:   how traces name completed sources: "d" (sub-layer output d{s}), "b" (block summary
               b{n}) or "D" (block delta D{n}).
     partial_source: the current block's partial sum is a source once non-empty.
@@ -89,6 +98,9 @@ for _variant in (
     Variant("delta_block", "add", "blocks", "D", exact_conversions=EXACT_CONVERSIONS, method="method §3.4"),
     Variant("denseformer", "average", "states", "x", mixer=DepthWeightedAverage,
             method="method §7 (Pagliardini et al., 2024)"),
+    Variant("hyper_connections", "streams", "streams", "h", mixer=HyperConnection,
+            method="method §7.3 (Zhu et al., 2025)"),
+    Variant("mhc", "streams", "streams", "h", mixer=ManifoldHyperConnection, method="method §7.3 (DeepSeek, 2025)"),
 ):
     register_variant(_variant)
 
@@ -164,6 +176,37 @@ def check_router_options(residual: str, query: str = "static", weights: str = "s
                     f"'auto', 'reference'")
 
 
+def stream_options(residual: str, **values) -> dict:
+    """The stream variants' options (`STREAM_OPTIONS`: hc_streams, hc_dynamic, hc_sinkhorn_iters) of
+    `residual` with None replaced by the papers' defaults; fields that do not apply stay None."""
+    return {field: (values.get(field) if values.get(field) is not None else default)
+            if residual in applies else values.get(field)
+            for field, (applies, default, _) in STREAM_OPTIONS.items()}
+
+
+def check_stream_options(residual: str, routing_impl: str = "auto", *, prefix: str = "",
+                         error: type[Exception] = ValueError, **values) -> None:
+    """Raise `error` naming the field (`prefix` + name) and the allowed values unless the stream
+    options in `values` (hc_streams: a positive integer; hc_dynamic: a bool; hc_sinkhorn_iters: a
+    positive integer; None = the default) apply to `residual`, and routing_impl is one the stream
+    variants take (`STREAM_IMPLS`)."""
+    for field, (applies, _, _) in STREAM_OPTIONS.items():
+        value = values.get(field)
+        if value is None:
+            continue
+        if residual not in applies:
+            raise error(f"{prefix}{field} applies only to residual in {list(applies)}; leave it None for "
+                        f"residual={residual!r} (got {value!r})")
+        if field == "hc_dynamic":
+            check_bool(value, f"{prefix}{field}", error=error)
+        elif not is_int(value) or value < 1:
+            raise error(f"{prefix}{field} must be a positive integer (None: the default), got {value!r}")
+    if VARIANTS[residual].mode == "streams" and routing_impl not in STREAM_IMPLS:
+        raise error(f"{prefix}routing_impl={routing_impl!r}: residual={residual!r} mixes streams, not routed "
+                    f"sources; allowed values: {list(STREAM_IMPLS)} ('lean' and 'auto' recompute the stream "
+                    f"mixing in backward, 'reference' keeps its activations)")
+
+
 def _has_routers(variant: Variant) -> bool:
     """Whether the variant's mixers are query routers (`Router`), which the router ablations change."""
     return variant.mode != "none" and issubclass(variant.mixer, Router)
@@ -178,14 +221,18 @@ def router_options(query: str = "static", weights: str = "softmax", key_norm: bo
 
 def source_policy(residual: str, num_layers: int, num_blocks: int | None = None,
                   exact_conversion: str | None = None, dilation: int = 1,
-                  period: int = 1) -> SourcePolicy | StatePolicy | None:
-    """The SourcePolicy (StatePolicy for "states") of a (valid) variant, None for one without sources."""
+                  period: int = 1, streams: int | None = None) -> SourcePolicy | StatePolicy | StreamPolicy | None:
+    """The SourcePolicy (StatePolicy for "states", StreamPolicy with `streams` (None: the default) for
+    "streams") of a (valid) variant, None for one without sources."""
     variant = VARIANTS[residual]
     num_sublayers = 2 * num_layers
     if variant.sources == "none":
         return None
     if variant.sources == "states":
         return StatePolicy(num_layers, dilation, period, symbol=variant.symbol)
+    if variant.sources == "streams":
+        n = stream_options(residual, hc_streams=streams)["hc_streams"]
+        return StreamPolicy(num_sublayers, n, symbol=variant.symbol)
     partial = variant.partial_source or exact_conversion == "partial"
     if variant.sources == "sublayers":
         return SourcePolicy(num_sublayers, 1, partial_source=partial, symbol=variant.symbol)
@@ -196,7 +243,8 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
                    exact_conversion: str | None = None, eps: float = 1e-6,
                    routing_impl: str = "auto", chunk_size: int | None = None, router_query: str = "static",
                    router_weights: str = "softmax", router_key_norm: bool = True, denseformer_dilation: int = 1,
-                   denseformer_period: int = 1) -> ResidualScheme:
+                   denseformer_period: int = 1, hc_streams: int | None = None, hc_dynamic: bool | None = None,
+                   hc_sinkhorn_iters: int | None = None, init_std: float = 0.02) -> ResidualScheme:
     """The ResidualScheme of a variant for a model of `num_layers` layers (2 * num_layers sub-layers,
     attention and MLP alternating) of width `hidden_size` (method §3 and §4).
 
@@ -208,11 +256,15 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
     denseformer    the embedding and layer outputs, average after every `denseformer_period`-th layer over
                    every `denseformer_dilation`-th state (method §7)
 
-    eps: the RMSNorm epsilon of the routers' keys. routing_impl: one of `attnres.routing.IMPLS`.
+    eps: the RMSNorm epsilon of the routers' keys. init_std: the model's weight init std, for mixers
+    that draw random weights (mHC's projections). routing_impl: one of `attnres.routing.IMPLS`.
     chunk_size: full_attnres and delta_attnres only: routers per chunk of two-phase routing (None:
     `auto_chunk_size`, round(sqrt(number of routers))); how routing is computed, never what.
     router_query ("static" | "input_dependent"), router_weights ("softmax" | "sigmoid"),
     router_key_norm: the Kimi router ablations (method §7, `Router`), routed variants only.
+    hyper_connections  n residual streams (hc_streams, default 4), static or dynamic (hc_dynamic,
+                   default True) hyper-connections; mhc: the same with mHC's coefficients and
+                   hc_sinkhorn_iters (default 20) Sinkhorn-Knopp rounds (method §7.3)
     Raises ValueError naming the argument for an invalid combination. The scheme is the drop-in API
     for a model loop of one's own (docs/drop-in.md).
     """
@@ -220,10 +272,17 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
                    period=denseformer_period)
     check_choice(routing_impl, "routing_impl", IMPLS)
     check_router_options(residual, router_query, router_weights, router_key_norm, routing_impl)
+    given = {"hc_streams": hc_streams, "hc_dynamic": hc_dynamic, "hc_sinkhorn_iters": hc_sinkhorn_iters}
+    check_stream_options(residual, routing_impl, **given)
+    options = router_options(router_query, router_weights, router_key_norm)
+    for field, value in stream_options(residual, **given).items():
+        option = STREAM_OPTIONS[field][2]
+        if option is not None and value is not None:
+            options[option] = value
     variant = VARIANTS[residual]
     return ResidualScheme(2 * num_layers, variant.mode,
                           source_policy(residual, num_layers, num_blocks, exact_conversion, denseformer_dilation,
-                                        denseformer_period),
+                                        denseformer_period, hc_streams),
                           hidden_size, eps, mixer=variant.mixer, gated=exact_conversion == "gate",
                           impl=routing_impl, chunk_size=chunk_size,
-                          mixer_options=router_options(router_query, router_weights, router_key_norm))
+                          mixer_options=options, init_std=init_std)

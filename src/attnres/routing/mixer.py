@@ -21,6 +21,11 @@ declares what more it can use from the scheme with class attributes:
 - `needs_stream = True`: forward also takes `stream=` x_s (B, T, D), the sub-layer's current input
   (the standard residual stream e + sum of earlier outputs), which the scheme then keeps also in
   mode "replace". Default False.
+- `takes_init_std = True`: the constructor also takes `init_std=`, the model's weight init standard
+  deviation, for a mixer whose initialisation draws random weights (mHC). Default False.
+- `mixes_streams = True`: a stream mixer (hyper-connections, mHC; `attnres.routing.hyper`): the
+  scheme keeps n residual streams (B, T, n, D) and the mixer reads them into the sub-layer input
+  and writes the sub-layer's output back (`StreamMixer`). Default False.
 
 Mixers are built as `Mixer(hidden_size, eps, gated=False, **options)`; `gated` asks for a
 zero-initialised scalar gate on the output (method §4's exact conversion), which a mixer may refuse
@@ -45,6 +50,8 @@ class DepthMixer(nn.Module):
     static_query: ClassVar[bool] = False
     needs_stream: ClassVar[bool] = False
     takes_num_sources: ClassVar[bool] = False
+    mixes_streams: ClassVar[bool] = False
+    takes_init_std: ClassVar[bool] = False
 
     def forward(self, sources: Sequence[torch.Tensor], need_weights: bool = True,
                 **fast) -> tuple[torch.Tensor, torch.Tensor | None]:

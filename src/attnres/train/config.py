@@ -10,6 +10,8 @@ from attnres.distributed.env import DistributedEnv
 from attnres.distributed.pipeline_layout import PipelineConfigError, PipelineSettings
 from attnres.distributed.wrapper import PARALLEL_MODES as WRAPPED_MODES
 from attnres.distributed.wrapper import StepSettings
+from attnres.train.stability import (DEFAULT_GRAD_SPIKE_RATIO, DEFAULT_LOSS_SPIKE_FLOOR, DEFAULT_LOSS_SPIKE_MADS,
+                                     DEFAULT_WINDOW, StabilityMonitor, check_stability_settings)
 
 SCHEDULES = ("cosine", "wsd", "constant")
 QUERY_INITS = ("zero", "normal")
@@ -41,6 +43,10 @@ class TrainConfig:
     into stages over the ranks instead (settings in `pipeline`: attnres.distributed's
     PipelineSettings, see docs/pipeline.md): fp32 only, grad_accum 1, no compile, batch_size a multiple of
     pipeline.num_microbatches.
+    stability_window, loss_spike_mads, loss_spike_floor, grad_spike_ratio: how divergence events are
+    counted (attnres.train.stability; they change nothing about training): a loss spike is a loss
+    above median + max(loss_spike_mads * MAD, loss_spike_floor) of the previous stability_window
+    steps' losses, a gradient-norm spike a pre-clip norm above grad_spike_ratio x their median norm.
     """
 
     steps: int = 1000
@@ -73,6 +79,10 @@ class TrainConfig:
     tensorboard: bool = True
     parallel: str = "auto"
     pipeline: PipelineSettings = field(default_factory=PipelineSettings)
+    stability_window: int = DEFAULT_WINDOW
+    loss_spike_mads: float = DEFAULT_LOSS_SPIKE_MADS
+    loss_spike_floor: float = DEFAULT_LOSS_SPIKE_FLOOR
+    grad_spike_ratio: float = DEFAULT_GRAD_SPIKE_RATIO
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "seq_len", "eval_every", "log_every",
@@ -103,6 +113,8 @@ class TrainConfig:
         for name in ("compile", "activation_checkpointing", "progress", "tensorboard"):
             check_bool(getattr(self, name), f"TrainConfig.{name}", error=TrainConfigError, yaml=True)
         check_int(self.seed, "TrainConfig.seed", minimum=0, error=TrainConfigError)
+        check_stability_settings(self.stability_window, self.loss_spike_mads, self.loss_spike_floor,
+                                 self.grad_spike_ratio, prefix="TrainConfig.", error=TrainConfigError)
         object.__setattr__(self, "pipeline", _pipeline_settings(self.pipeline))
         if self.parallel == "pipeline":
             self._check_pipeline()
@@ -131,6 +143,11 @@ class TrainConfig:
     @property
     def tokens_per_step(self) -> int:
         return self.batch_size * self.grad_accum * self.seq_len
+
+    def stability_monitor(self) -> StabilityMonitor:
+        """A fresh counter of this run's divergence events (clipping at grad_clip, the spike settings)."""
+        return StabilityMonitor(grad_clip=self.grad_clip, window=self.stability_window, mads=self.loss_spike_mads,
+                                floor=self.loss_spike_floor, grad_ratio=self.grad_spike_ratio)
 
     def step_settings(self) -> StepSettings:
         """How one optimizer step runs (attnres.distributed's settings)."""

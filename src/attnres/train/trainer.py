@@ -102,6 +102,7 @@ class Trainer:
         self.optimizer = build_optimizer(self.model, self.cfg, only=self.parallel.trained_parameter_names())
         self.scheduler = build_scheduler(self.optimizer, self.cfg)
         self.loader = TokenBatches(self.data.train_tokens, self.cfg.seq_len, self.cfg.batch_size, self.cfg.seed)
+        self.stability = self.cfg.stability_monitor()
         # Validation: each rank its rows of every batch, losses averaged; diagnostics: whole batches.
         self.full_val = [b.to(self.device) for b in eval_batches(self.data.val_tokens, self.cfg.seq_len,
                                                                  self.cfg.batch_size, self.cfg.eval_batches)]
@@ -109,12 +110,23 @@ class Trainer:
         if checkpoint is not None:
             self.checkpointer.restore_training(checkpoint, self.model, self.optimizer, self.scheduler)
             self.loader.load_state_dict(checkpoint.state["extra"]["data"])
+            self._restore_stability(checkpoint)
             self.step = checkpoint.step
             self.log(f"resumed from {checkpoint.path} at step {self.step}")
         self.last_saved = checkpoint.path if checkpoint is not None else None
         self.metrics = (MetricsLogger(self.run_dir, self.cfg.tensorboard,
                                       resume_step=self.step if checkpoint is not None else None)
                         if self.main else Silent())
+
+    def _restore_stability(self, checkpoint: Checkpoint) -> None:
+        """Continue the event counters and spike window saved with the checkpoint, so the resumed run
+        counts what an uninterrupted one would."""
+        saved = checkpoint.state["extra"].get("stability")
+        if saved is None:  # written before events were counted: only what follows is counted
+            self.log(f"{checkpoint.path} holds no event counters; counting loss spikes, gradient-norm spikes "
+                     f"and clipped steps from step {checkpoint.step + 1}")
+            return
+        self.stability.load_state_dict(saved)
 
     def _check_fresh(self) -> None:
         if checkpoint_dirs(self.checkpointer.root):
@@ -176,7 +188,9 @@ class Trainer:
 
     def optimizer_step(self) -> dict:
         """One optimizer step (forward and backward through the wrapper, clipping, AdamW, schedule);
-        returns its metrics record. Raises TrainingError before the update on a non-finite loss or norm."""
+        returns its metrics record, with the cumulative event counters (attnres.train.stability) and, on a
+        loss or gradient-norm spike, "event": the spikes' names. Raises TrainingError before the update on a
+        non-finite loss or norm."""
         start = time.perf_counter()
         loss = self.parallel.train_step(self.loader.next_batch)
         grad_norm = self.parallel.clip_grad_norm(self.cfg.grad_clip)  # the global norm
@@ -184,6 +198,7 @@ class Trainer:
             what, value = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", grad_norm)
             raise TrainingError(f"{what} is {value} at step {self.step + 1}; training stopped before the update. "
                                 f"Last good checkpoint: {self.last_saved or 'none was written'}")
+        events = self.stability.observe(loss, grad_norm)
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
@@ -192,11 +207,16 @@ class Trainer:
         elapsed = time.perf_counter() - start
         self.step_times.append(elapsed)
         tokens = self.cfg.tokens_per_step
-        return {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed,
-                "tokens_per_s": tokens / elapsed, "tokens": self.step * tokens, **self.parallel.step_metrics()}
+        record = {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed,
+                  "tokens_per_s": tokens / elapsed, "tokens": self.step * tokens, **self.parallel.step_metrics(),
+                  **self.stability.counters()}
+        if events:
+            record["event"] = events
+        return record
 
     def _at_intervals(self, record: dict) -> None:
-        """Evaluate, diagnose, log and save where this step is due for them."""
+        """Evaluate, diagnose, log and save where this step is due for them; a spike step is always logged,
+        so every event's step and values are in metrics.jsonl."""
         cfg, step, last = self.cfg, self.step, self.step == self.cfg.steps
         evaluating = step % cfg.eval_every == 0 or last
         diagnosing = cfg.diagnostics_every is not None and (step % cfg.diagnostics_every == 0 or last)
@@ -208,7 +228,7 @@ class Trainer:
             record.update(val_loss=self.val_loss, val_ppl=math.exp(min(self.val_loss, 50.0)))
         if diagnosing:
             record.update(self.diagnose())
-        if step % cfg.log_every == 0 or step == 1 or evaluating or diagnosing:
+        if step % cfg.log_every == 0 or step == 1 or evaluating or diagnosing or "event" in record:
             self.metrics.log(record)
         if saving:
             self.save()
@@ -227,9 +247,9 @@ class Trainer:
         if self._hf_files is None and not self.checkpointer.distributed:  # the same for every save
             source = read_generation_config(self.run.init_from) if self.run.init_from else None
             self._hf_files = hf_directory_files(self.model.config, self.data.tokenizer, source)
+        extra = {"data": self.loader.state_dict(), "stability": self.stability.state_dict()}
         self.last_saved = self.checkpointer.save(self.step, self.model, self.optimizer, self.scheduler,
-                                                 self.run.to_dict(), {"data": self.loader.state_dict()},
-                                                 hf_files=self._hf_files)
+                                                 self.run.to_dict(), extra, hf_files=self._hf_files)
         return self.last_saved
 
 
