@@ -164,7 +164,7 @@ class ResidualScheme(nn.Module):
             return self.resume(embedding.unsqueeze(-2).expand(*embedding.shape[:-1], n, embedding.shape[-1]), [],
                                None, record_routing)
         return self.resume(embedding if self.keeps_stream else None,
-                           [] if self.mode in ("none", "streams") else [embedding], None, record_routing)
+                           [] if self.mode == "none" else [embedding], None, record_routing)
 
     def resume(self, stream: torch.Tensor | None, sources: list[torch.Tensor], partial: torch.Tensor | None,
                record_routing: bool = False) -> StreamState:
