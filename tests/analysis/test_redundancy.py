@@ -8,7 +8,8 @@ from attnres.analysis import collect_source_cosines, cosine_matrix
 from tests.analysis.models import batches_of_different_sizes, randomize_routers, tiny_model
 
 
-VARIANTS = [("full_attnres", None), ("block_attnres", 2), ("delta_attnres", None), ("delta_block", 2)]
+VARIANTS = [("full_attnres", None), ("block_attnres", 2), ("delta_attnres", None), ("delta_block", 2),
+            ("mhc", None)]  # mHC: the sources are its n = 4 streams, whatever the batch size
 
 
 def random_source(seed, shape=(2, 3, 8)):

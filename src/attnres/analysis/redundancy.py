@@ -55,7 +55,7 @@ def collect_source_cosines(model: AttnResLM, batches: Iterable[torch.Tensor]) ->
     Runs `model` (eval mode, no grad) on each (B, T) token-id batch. Matrix r is (n_r, n_r) float64 on
     the CPU, rows and columns in the order of `model.residual.source_names()[r]`, averaged over all
     tokens of all batches (every token counts once, so batches may differ in size). Empty for
-    `standard` (no forward is run). Routers are observed through forward pre-hooks, which see the
+    `standard` (no forward is run). A stream mixer's sources are its n streams. Routers are observed through forward pre-hooks, which see the
     list of sources each router is called with: every routing path (reference, fast, two-phase
     block routing) calls each router as a module once per forward. The training flag and the hooks
     are restored afterwards, also when a forward or a hook raises.
@@ -70,8 +70,10 @@ def collect_source_cosines(model: AttnResLM, batches: Iterable[torch.Tensor]) ->
     tokens = 0
 
     def observer(r: int):
-        def record(_module, args, kwargs):
+        def record(module, args, kwargs):
             sources = args[0] if args else kwargs["sources"]
+            if module.mixes_streams:  # hyper-connections, mHC: one (B, T, n, D) tensor of n streams
+                sources = sources.unbind(-2)
             if len(sources) != len(names[r]):
                 raise RuntimeError(f"router {r} saw {len(sources)} sources, source_names() lists {len(names[r])}")
             total, _ = _cosine_sums(sources)
