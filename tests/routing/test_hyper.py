@@ -150,7 +150,7 @@ def test_mhc_with_a_zero_projection_keeps_equal_streams_equal():
 
 def test_final_collapses():
     x = streams()
-    assert torch.equal(StreamSum(N)(x)[0], x.sum(-2))
+    assert torch.equal(StreamSum(N, x.shape[-1])(x)[0], x.sum(-2))
     head = ManifoldHyperHead(D, 1e-6, num_streams=N)
     with torch.no_grad():
         head.fn.zero_()

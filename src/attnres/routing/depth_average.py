@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from attnres.routing.lean import compute_dtype
-from attnres.routing.mixer import DepthMixer
+from attnres.routing.mixer import DepthMixer, MixerFlops
 
 
 class DepthWeightedAverage(DepthMixer):
@@ -27,6 +27,7 @@ class DepthWeightedAverage(DepthMixer):
             raise ValueError("the depth-weighted average has no gate (exact_conversion applies to delta_block)")
         if not isinstance(num_sources, int) or num_sources < 1:
             raise ValueError(f"num_sources must be a positive integer, got {num_sources!r}")
+        self.hidden_size = hidden_size
         self.alpha = nn.Parameter(torch.zeros(num_sources))
         self.reset_parameters()
 
@@ -35,6 +36,10 @@ class DepthWeightedAverage(DepthMixer):
         with torch.no_grad():
             self.alpha.zero_()
             self.alpha[-1] = 1.0
+
+    def flops_per_token(self, num_sources: int) -> MixerFlops:
+        """The weighted sum: 2 n D per token, elementwise."""
+        return MixerFlops(vector=2 * num_sources * self.hidden_size)
 
     def forward(self, sources: Sequence[torch.Tensor], need_weights: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
         """n sources (B, T, D) -> (sum_i alpha_i V_i (B, T, D) in the sources' promoted dtype, alpha

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from attnres.common.precision import autocast_off
-from attnres.routing.mixer import DepthMixer
+from attnres.routing.mixer import DepthMixer, MixerFlops
 
 HC_SCALE_INIT = 0.01  # Zhu et al.: the dynamic corrections' scales s_alpha, s_beta start at 0.01
 
@@ -119,6 +119,17 @@ class StreamMixer(DepthMixer):
         """(a_pre (.., n), a_post (.., n), A_res (.., n, n)) from streams (B, T, n, D) in the compute dtype."""
         raise NotImplementedError
 
+    def flops_per_token(self, num_sources: int) -> MixerFlops:
+        """Read and write over n = num_sources streams, as the lean path computes them: the collapse
+        (2 n D) and the stream mix A_res (2 n^2 D) are matrix products, a_post * delta (2 n D) is
+        elementwise; plus the coefficients' projection (`projection_flops`, a matrix product)."""
+        n, d = num_sources, self.hidden_size
+        return MixerFlops(matmul=2 * n * d + 2 * n * n * d + self.projection_flops(n), vector=2 * n * d)
+
+    def projection_flops(self, num_streams: int) -> int:
+        """Forward FLOPs per token of the map from the streams to the coefficients (0 when static)."""
+        raise NotImplementedError
+
     @classmethod
     def final(cls, hidden_size: int, eps: float, *, num_streams: int, **options) -> DepthMixer:
         """The final collapse: a DepthMixer whose forward takes the streams (B, T, n, D) and returns
@@ -152,7 +163,7 @@ class HyperConnection(StreamMixer):
             raise ValueError("hyper-connections have no gate (exact_conversion applies to delta_block)")
         _check_streams(num_streams, index)
         n = num_streams
-        self.num_streams, self.index, self.eps, self.dynamic = n, index, eps, dynamic
+        self.num_streams, self.index, self.eps, self.dynamic, self.hidden_size = n, index, eps, dynamic, hidden_size
         self.pre = nn.Parameter(torch.zeros(n))
         self.post = nn.Parameter(torch.zeros(n))
         self.res = nn.Parameter(torch.zeros(n, n))
@@ -193,10 +204,14 @@ class HyperConnection(StreamMixer):
         return (pre + alpha * mixes[..., 0], post + beta * mixes[..., 1],
                 res + alpha * mixes[..., 2:2 + n])
 
+    def projection_flops(self, num_streams: int) -> int:
+        """Dynamic: each stream's D values to 2 + n coefficients, 2 n D (2 + n); static: none."""
+        return 2 * num_streams * self.hidden_size * (2 + num_streams) if self.dynamic else 0
+
     @classmethod
     def final(cls, hidden_size: int, eps: float, *, num_streams: int, **options) -> DepthMixer:
         """The paper's output: the sum of the streams."""
-        return StreamSum(num_streams)
+        return StreamSum(num_streams, hidden_size)
 
 
 class StreamSum(DepthMixer):
@@ -204,10 +219,14 @@ class StreamSum(DepthMixer):
 
     mixes_streams: ClassVar[bool] = True
 
-    def __init__(self, num_streams: int) -> None:
+    def __init__(self, num_streams: int, hidden_size: int) -> None:
         super().__init__()
         _check_streams(num_streams, None)
-        self.num_streams = num_streams
+        self.num_streams, self.hidden_size = num_streams, hidden_size
+
+    def flops_per_token(self, num_sources: int) -> MixerFlops:
+        """The sum of n streams: (n - 1) D additions per token, elementwise."""
+        return MixerFlops(vector=(num_sources - 1) * self.hidden_size)
 
     def forward(self, streams: Tensor, need_weights: bool = True,
                 lean: bool = True) -> tuple[Tensor, Tensor | None, tuple]:
@@ -257,7 +276,7 @@ class ManifoldHyperConnection(StreamMixer):
             raise ValueError("mHC has no gate (exact_conversion applies to delta_block)")
         _check_streams(num_streams, index)
         n = num_streams
-        self.num_streams, self.index, self.eps = n, index, eps
+        self.num_streams, self.index, self.eps, self.hidden_size = n, index, eps, hidden_size
         self.sinkhorn_iters, self.hc_eps, self.init_std = sinkhorn_iters, hc_eps, init_std
         _add_projection(self, (2 + n) * n, n * hidden_size, num_scales=3)  # pre, post, res
 
@@ -280,6 +299,11 @@ class ManifoldHyperConnection(StreamMixer):
         # made its CPU training step 1.29x slower (docs/method.md §7.3), so they are kept.
         return pre, post, doubly_stochastic(logits, self.sinkhorn_iters, self.hc_eps)
 
+    def projection_flops(self, num_streams: int) -> int:
+        """The flattened streams' n D values to (2 + n) n coefficients: 2 n D (2 + n) n. (Sinkhorn's
+        iterations, about 4 n^2 divisions and sums each, are not counted, like other elementwise work.)"""
+        return 2 * num_streams * self.hidden_size * (2 + num_streams) * num_streams
+
     @classmethod
     def final(cls, hidden_size: int, eps: float, *, num_streams: int, **options) -> DepthMixer:
         """DeepSeek-V4's head collapse (`DeepseekV4HyperHead`)."""
@@ -299,7 +323,13 @@ class ManifoldHyperHead(DepthMixer):
         super().__init__()
         _check_streams(num_streams, None)
         self.num_streams, self.eps, self.hc_eps, self.init_std = num_streams, eps, hc_eps, init_std
+        self.hidden_size = hidden_size
         _add_projection(self, num_streams, num_streams * hidden_size, num_scales=1)
+
+    def flops_per_token(self, num_sources: int) -> MixerFlops:
+        """The flattened streams to n weights (2 n D n) and the collapse (2 n D), matrix products."""
+        n, d = num_sources, self.hidden_size
+        return MixerFlops(matmul=2 * n * d * n + 2 * n * d)
 
     def reset_parameters(self) -> None:
         """fn ~ N(0, init_std), base = 0, scale = 1."""

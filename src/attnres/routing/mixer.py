@@ -27,6 +27,9 @@ declares what more it can use from the scheme with class attributes:
   scheme keeps n residual streams (B, T, n, D) and the mixer reads them into the sub-layer input
   and writes the sub-layer's output back (`StreamMixer`). Default False.
 
+A mixer also states its arithmetic, `flops_per_token(num_sources)` -> `MixerFlops`, which the
+FLOPs accounting (`attnres.model.flops`, docs/scaling.md) sums over a model's mixers.
+
 Mixers are built as `Mixer(hidden_size, eps, gated=False, **options)`; `gated` asks for a
 zero-initialised scalar gate on the output (method §4's exact conversion), which a mixer may refuse
 with a ValueError. `options` are the router ablations (`query`, `weights`, `key_norm`, method §7),
@@ -38,10 +41,27 @@ conversion from a standard checkpoint leaves them at `reset_parameters()`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import nn
+
+
+class MixerFlops(NamedTuple):
+    """Forward FLOPs per token of one mixer call (2 per multiply-add), split by how they are computed.
+
+    matmul: contractions computed as matrix products (torch's FlopCounterMode counts these);
+    vector: contractions computed elementwise (products and sums over sources, which the counter does
+    not see). Norms, softmax, sigmoid, tanh, Sinkhorn's divisions and adds of one tensor are not
+    counted, as the decoder's norms, activations and residual adds are not.
+    """
+
+    matmul: int = 0
+    vector: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.matmul + self.vector
 
 
 class DepthMixer(nn.Module):
@@ -63,3 +83,7 @@ class DepthMixer(nn.Module):
 
     def draw_queries(self, std: float) -> None:
         """Re-draw any static query from N(0, std): the `query_init: normal` ablation. No-op without one."""
+
+    def flops_per_token(self, num_sources: int) -> MixerFlops:
+        """Forward FLOPs per token of one call over `num_sources` sources (`MixerFlops`)."""
+        raise NotImplementedError(f"{type(self).__name__} does not state its FLOPs (flops_per_token)")

@@ -11,7 +11,7 @@ from torch import nn
 from attnres.common.checks import check_bool, check_choice
 from attnres.common.precision import autocast_off
 from attnres.norm import RMSNorm, unit_rms
-from attnres.routing.mixer import DepthMixer
+from attnres.routing.mixer import DepthMixer, MixerFlops
 from attnres.routing.reference import route_reference
 from attnres.routing.route import resolve_impl, route_fast
 from attnres.routing.two_phase import RoutedPrefix, merge_remaining
@@ -75,6 +75,12 @@ class Router(DepthMixer):
         """Query from N(0, std), as public research code leaves it (an ablation; both papers use zero)."""
         with torch.no_grad():
             self.query.normal_(0.0, std)
+
+    def flops_per_token(self, num_sources: int) -> MixerFlops:
+        """Scores (a D-dot product per source) and the weighted sum: 4 n D, elementwise on every path;
+        the input-dependent query adds its D x D map, a matrix product (2 D^2)."""
+        d = self.query.shape[0]
+        return MixerFlops(matmul=0 if self.query_proj is None else 2 * d * d, vector=4 * num_sources * d)
 
     def effective_query(self) -> torch.Tensor:
         """w * g (D,): query . RMSNorm_g(v) = inv_rms(v) * (w * g) . v, what the fast paths use."""
