@@ -2,9 +2,10 @@
 # The Kimi ablation table in direction (docs/ablation.md): `attnres compare --preset ablation` as
 # SHARDS one-thread processes in parallel (default 2, one per core), then one call that writes the
 # report (paired differences with 95 % intervals, the interleaved cost column, training stability),
-# benchmarks/study_tables.py's tables, and `attnres analyze --causal` of seed 0 of the routed
-# variants (the causal-routing summary). Finished runs are reused, so an interrupted study continues
-# where it stopped.
+# `attnres analyze --causal` of seed 0 of the routed variants and the stream variants (the
+# causal-routing summary), and benchmarks/ablation_table.py's table (docs/ablation.md; with the
+# machine probe of scripts/ablation_probe.sh beside it when docs/ablation-probe has run). Finished
+# runs are reused, so an interrupted study continues where it stopped.
 # Usage: scripts/ablation.sh [OUT (default docs/ablation-study)] [SHARDS (default 2)] [--set ... passed on]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,9 +16,15 @@ OUT="${1:-docs/ablation-study}"
 SHARDS="${2:-2}"
 EXTRA=("${@:3}")
 compare_in_shards ablation "$OUT" "$SHARDS" "${EXTRA[@]}"
-python benchmarks/study_tables.py "$OUT"
 R="$OUT/runs"
+# The causal check on four routers, one per quarter of depth (all 32 of them take about 10 minutes
+# per model here): the sub-layer routers 7, 15, 23 and 31 exist in every routed variant.
 attnres analyze "$R/full_attnres/seed0" "$R/full_attnres-input-query/seed0" "$R/full_attnres-sigmoid/seed0" \
-  "$R/block_attnres-N-8/seed0" "$R/delta_attnres/seed0" "$R/delta_block-N-8/seed0" "$R/mhc/seed0" \
-  --labels full_attnres "full (input query)" "full (sigmoid)" "block_attnres (N=8)" delta_attnres \
-  "delta_block (N=8)" mhc --out "$OUT/analyze" --max-batches 2 --causal
+  "$R/full_attnres-no-key-norm/seed0" "$R/block_attnres-N-8/seed0" "$R/delta_attnres/seed0" \
+  "$R/delta_block-N-8/seed0" "$R/mhc/seed0" "$R/hyper_connections/seed0" \
+  --labels full_attnres "full (input query)" "full (sigmoid)" "full (no key norm)" "block_attnres (N=8)" \
+  delta_attnres "delta_block (N=8)" mhc hyper_connections --out "$OUT/analyze" --max-batches 2 \
+  --causal-routers 7 15 23 31
+PROBE=()
+[[ -f docs/ablation-probe/results.json ]] && PROBE=(--probe docs/ablation-probe)
+python benchmarks/ablation_table.py "$OUT" "${PROBE[@]}"
