@@ -15,7 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
-from study_tables import interval, losses_by_seed, mean, paired_difference, signed_interval, table  # benchmarks/ on the path
+from study_tables import interval, losses_by_seed, mean, paired_by_seed, paired_difference, signed_interval, table  # benchmarks/ on the path
 
 from attnres.analysis.intervals import ci95_halfwidth, sample_std
 from attnres.model.config import ModelConfig
@@ -154,11 +154,9 @@ def probe_rows(variants: dict[str, dict], probe: dict[str, dict]) -> list[list[s
     for name, variant in probe.items():
         if name == "standard" or name not in variants:
             continue
-        diffs = paired_difference(variants[name], variants["standard"])
-        study = dict(zip(sorted(set(losses_by_seed(variants[name])) & set(losses_by_seed(variants["standard"]))), diffs))
-        other = dict(zip(sorted(set(losses_by_seed(variant)) & set(losses_by_seed(probe["standard"]))),
-                         paired_difference(variant, probe["standard"])))
-        sd = sample_std(diffs) if len(diffs) > 1 else None
+        study = paired_by_seed(variants[name], variants["standard"])
+        other = paired_by_seed(variant, probe["standard"])
+        sd = sample_std(list(study.values())) if len(study) > 1 else None
         for seed in sorted(set(study) & set(other)):
             change = other[seed] - study[seed]
             rows.append([name, str(seed), signed(study[seed]), signed(other[seed]), signed(change),

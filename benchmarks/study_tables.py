@@ -42,10 +42,15 @@ def losses_by_seed(variant: dict) -> dict[int, float]:
     return {run["seed"]: float(run["final_val_loss"]) for run in variant["runs"]}
 
 
+def paired_by_seed(variant: dict, reference: dict) -> dict[int, float]:
+    """Seed -> variant's final val loss minus the reference's, for the seeds present in both, in order."""
+    mine, theirs = losses_by_seed(variant), losses_by_seed(reference)
+    return {s: mine[s] - theirs[s] for s in sorted(mine) if s in theirs}
+
+
 def paired_difference(variant: dict, reference: dict) -> list[float]:
     """Per seed present in both: variant's final val loss minus the reference's."""
-    mine, theirs = losses_by_seed(variant), losses_by_seed(reference)
-    return [mine[s] - theirs[s] for s in sorted(mine) if s in theirs]
+    return list(paired_by_seed(variant, reference).values())
 
 
 def deep_routers(stats: dict) -> list[int]:

@@ -55,9 +55,10 @@ def collect_source_cosines(model: AttnResLM, batches: Iterable[torch.Tensor]) ->
     Runs `model` (eval mode, no grad) on each (B, T) token-id batch. Matrix r is (n_r, n_r) float64 on
     the CPU, rows and columns in the order of `model.residual.source_names()[r]`, averaged over all
     tokens of all batches (every token counts once, so batches may differ in size). Empty for
-    `standard` (no forward is run). A stream mixer's sources are its n streams. Routers are observed through forward pre-hooks, which see the
-    list of sources each router is called with: every routing path (reference, fast, two-phase
-    block routing) calls each router as a module once per forward. The training flag and the hooks
+    `standard` (no forward is run); a stream mixer's sources are its n streams. Routers are observed
+    through forward pre-hooks, which see the list of sources each router is called with: every
+    routing path (reference, fast, two-phase block routing) calls each router as a module once per
+    forward. The training flag and the hooks
     are restored afterwards, also when a forward or a hook raises.
     """
     residual = model.residual

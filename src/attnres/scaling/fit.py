@@ -129,12 +129,17 @@ class Point:
     seed: int = 0
 
 
-def resample(points: Sequence[Point], rng: np.random.Generator, sizes: Sequence[str]) -> list[Point]:
-    """A bootstrap replicate: `sizes` drawn with replacement (given, so replicates of several variants
-    share them: paired), then each drawn size's seeds drawn with replacement."""
+def _by_size(points: Sequence[Point]) -> dict[str, list[Point]]:
     by_size: dict[str, list[Point]] = {}
     for p in points:
         by_size.setdefault(p.size, []).append(p)
+    return by_size
+
+
+def resample(points: Sequence[Point], rng: np.random.Generator, sizes: Sequence[str]) -> list[Point]:
+    """A bootstrap replicate: `sizes` drawn with replacement (given, so replicates of several variants
+    share them: paired), then each drawn size's seeds drawn with replacement."""
+    by_size = _by_size(points)
     out = []
     for size in sizes:
         runs = by_size.get(size, [])
@@ -164,15 +169,16 @@ def bootstrap_fits(points_by_variant: dict[str, Sequence[Point]], law: str = "sa
     rng = np.random.default_rng(seed)
     out: dict[str, list[ScalingFit | None]] = {name: [] for name in points_by_variant}
     sizes = sorted({p.size for pts in points_by_variant.values() for p in pts})
-    residuals = {}
-    for name, pts in points_by_variant.items():
-        c, y = np.array([p.compute for p in pts]), np.array([p.loss for p in pts])
-        r = np.log(y) - np.log(full[name].loss(c))
-        n = len(r)
-        residuals[name] = (c, np.log(full[name].loss(c)), (r - r.mean()) * math.sqrt(n / max(n - LAWS[law], 1)))
+    residuals = {}  # method "residuals": per variant, compute, fitted log loss, scaled centred residuals
+    if method == "residuals":
+        for name, pts in points_by_variant.items():
+            c = np.array([p.compute for p in pts])
+            fitted = np.log(full[name].loss(c))
+            r = np.log([p.loss for p in pts]) - fitted
+            residuals[name] = (c, fitted, (r - r.mean()) * math.sqrt(len(r) / max(len(r) - LAWS[law], 1)))
     for _ in range(replicates):
-        drawn_sizes = [sizes[i] for i in rng.integers(0, len(sizes), len(sizes))]
-        drawn_rows: dict[int, np.ndarray] = {}
+        drawn_sizes = [sizes[i] for i in rng.integers(0, len(sizes), len(sizes))] if method == "cases" else []
+        drawn_rows: dict[int, np.ndarray] = {}  # one draw per run count, shared by the variants (paired)
         for name, pts in points_by_variant.items():
             if method == "cases":
                 sample = resample(pts, rng, drawn_sizes)
@@ -181,8 +187,7 @@ def bootstrap_fits(points_by_variant: dict[str, Sequence[Point]], law: str = "sa
                 c, fitted, r = residuals[name]
                 if len(r) not in drawn_rows:
                     drawn_rows[len(r)] = rng.integers(0, len(r), len(r))
-                rows = drawn_rows[len(r)]
-                y = np.exp(fitted + r[rows])
+                y = np.exp(fitted + r[drawn_rows[len(r)]])
             try:
                 out[name].append(fit_law(c, y, law, start=full[name]))
             except FitError:
@@ -207,11 +212,9 @@ def percentile_interval(values: Sequence[float], confidence: float = 0.95) -> tu
 def seed_spread(points: Sequence[Point]) -> float | None:
     """The pooled standard deviation of log loss between seeds of one size, or None without a size
     that has two seeds: the noise a fit's residuals should not exceed."""
-    by_size: dict[str, list[float]] = {}
-    for p in points:
-        by_size.setdefault(p.size, []).append(math.log(p.loss))
     squares, dof = 0.0, 0
-    for logs in by_size.values():
+    for runs in _by_size(points).values():
+        logs = [math.log(p.loss) for p in runs]
         if len(logs) > 1:
             squares += float(np.sum((np.asarray(logs) - np.mean(logs)) ** 2))
             dof += len(logs) - 1
