@@ -66,7 +66,27 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_shard(text: str | None) -> tuple[int, int]:
+def _scaling(args: argparse.Namespace) -> int:
+    from attnres.scaling.plan import plan_sweep, plan_text
+    from attnres.scaling.preset import load_preset
+    from attnres.scaling.sweep import run_sweep
+
+    preset = load_preset(args.preset, args.set, variants=args.variants)
+    out = Path(args.out or f"reports/scaling-{preset.name}")
+    if args.dry_run:
+        print(plan_text(preset, plan_sweep(preset, out, seeds=args.seeds)))
+        return 0
+    shard = _parse_shard(args.shard, "scaling")
+    results = run_sweep(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv), device=args.device,
+                        shard=shard, launcher=args.launcher, replicates=args.replicates)
+    if results is None:
+        print(f"shard {args.shard} done; run without --shard to write the report into {out}")
+    else:
+        print(f"report: {out / 'report.md'} and {out / 'index.html'}")
+    return 0
+
+
+def _parse_shard(text: str | None, command: str = "compare") -> tuple[int, int]:
     """'I/N' -> (I, N); None -> (0, 1)."""
     if text is None:
         return (0, 1)
@@ -75,7 +95,7 @@ def _parse_shard(text: str | None) -> tuple[int, int]:
     except ValueError:
         index, count = -1, 0
     if not 0 <= index < count:
-        raise SystemExit(f"attnres compare: --shard must be I/N with 0 <= I < N, e.g. 0/2; got {text!r}")
+        raise SystemExit(f"attnres {command}: --shard must be I/N with 0 <= I < N, e.g. 0/2; got {text!r}")
     return index, count
 
 
@@ -216,6 +236,33 @@ def build_parser() -> argparse.ArgumentParser:
                               "finished runs are reused, so a last call without --shard writes the report) "
                               "(default: all runs, then the report)")
     compare.set_defaults(handler=_compare)
+
+    scaling = sub.add_parser("scaling", help="train a grid of model sizes for every variant, fit loss against "
+                                             "compute and report each variant's compute advantage (docs/scaling.md)")
+    scaling.add_argument("--preset", default="cpu",
+                         help="a bundled preset (configs/scaling/NAME.yaml: cpu, paper, tiny) or a preset YAML path "
+                              "(default: %(default)s)")
+    scaling.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                         help="only these of the preset's variants, by name or residual; standard must be one "
+                              "(default: all)")
+    scaling.add_argument("--seeds", type=int, default=None,
+                         help="seeds at every size (default: each size's own, else the preset's)")
+    scaling.add_argument("--out", default=None, help="report folder (default: reports/scaling-PRESET)")
+    scaling.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override the preset's base run or its rules, e.g. --set train.lr=1e-3 "
+                              "--set rules.tokens_per_parameter=5; repeatable (default: none)")
+    scaling.add_argument("--dry-run", action="store_true",
+                         help="print the plan (runs, parameters, tokens, FLOPs, GPU-hours) and train nothing")
+    scaling.add_argument("--shard", default=None, metavar="I/N",
+                         help="train only this FLOPs-balanced share of the runs and write no report; a last call "
+                              "without --shard reuses every finished run and writes the report (default: all)")
+    scaling.add_argument("--launcher", default=None, metavar="COMMAND",
+                         help="run each training as `COMMAND -m attnres train --config RUN/config.yaml`, e.g. "
+                              "\"torchrun --nproc-per-node 8\" (default: in this process)")
+    scaling.add_argument("--replicates", type=int, default=1000,
+                         help="bootstrap replicates of the fit's intervals (default: %(default)s)")
+    scaling.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    scaling.set_defaults(handler=_scaling)
 
     train = sub.add_parser("train", help="train one model from a YAML config")
     train.add_argument("--config", required=True, help="YAML file with model, data and train sections (required)")
@@ -358,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv
     failures: tuple[type[Exception], ...] = ()
-    if args.command in ("train", "finetune", "eval", "compare", "analyze"):
+    if args.command in ("train", "finetune", "eval", "compare", "analyze", "scaling"):
         from attnres.train import CheckpointError, TrainingError
 
         failures = (CheckpointError, TrainingError)

@@ -71,7 +71,7 @@ def test_presets_are_listed_and_validated():
     preset = load_preset("default")
     assert preset.run["model"]["num_layers"] >= 16
     assert [v["residual"] for v in preset.variants] == VARIANTS
-    with pytest.raises(RunConfigError, match=r"unknown preset 'nope'; available: \[.*'smoke'"):
+    with pytest.raises(RunConfigError, match=r"unknown compare preset 'nope'; available: \[.*'smoke'"):
         load_preset("nope")
     with pytest.raises(ValueError, match="ModelConfig.num_blocks"):
         load_preset("smoke", ["model.num_layers=3"])  # N=4 is not valid for 6 sub-layers

@@ -1,4 +1,4 @@
-"""Both reports in a real browser: headless Chromium at a desktop's and a phone's width.
+"""The reports in a real browser: headless Chromium at a desktop's and a phone's width.
 
 In the browser, not in the HTML text: every image loaded (naturalWidth > 0), nothing is wider than
 the screen except inside a table's own scrolling box, a phone lays the page out at its own width
@@ -20,7 +20,9 @@ import pytest
 from attnres.cli import main
 from attnres.report.compare_report import write_report
 from attnres.report.document import TABLE_CONTAINER
+from attnres.report.scaling_report import write_scaling_report
 from tests.report.test_compare_report import make_results
+from tests.report.test_scaling_report import make_results as make_scaling_results
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
 # Chromium as root needs --no-sandbox; the rest keep it from reaching out on a closed network.
@@ -79,6 +81,13 @@ def artifacts(tmp_path_factory) -> Path:
 def compare_page(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("compare-report")
     write_report(copy.deepcopy(make_results()), out)
+    return out / "index.html"
+
+
+@pytest.fixture(scope="module")
+def scaling_page(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("scaling-report")
+    write_scaling_report(make_scaling_results(replicates=20), out)
     return out / "index.html"
 
 
@@ -146,6 +155,13 @@ def test_analyze_report_in_a_browser(analyze_page, artifacts):
     found = inspect_in_chromium(analyze_page, "analyze", artifacts)
     assert_looks_right(found)
     assert len(found["desktop"]["images"]) == 6  # 4 depth profiles, 1 heatmap, 1 cosine figure
+
+
+def test_scaling_report_in_a_browser(scaling_page, artifacts):
+    found = inspect_in_chromium(scaling_page, "scaling", artifacts)
+    assert_looks_right(found)
+    assert len(found["desktop"]["images"]) == 3  # loss against compute, advantage, loss against parameters
+    assert any(box["scrolls"] for box in found["phone"]["boxes"])  # the fit tables scroll on a phone
 
 
 def test_a_missing_chromium_skips_here_and_fails_in_ci(monkeypatch):

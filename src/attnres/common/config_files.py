@@ -47,3 +47,30 @@ def parse_assignment(item: str, what: str, example: str, error: type[Exception] 
         return key, yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as problem:
         raise error(f"{what} {item!r}: the value is not valid YAML: {problem}") from None
+
+
+def read_preset(kind: str, name_or_path: str, keys: tuple[str, ...], expected: str,
+                error: type[Exception] = ValueError) -> tuple[Path, dict]:
+    """(path, mapping) of a preset of command `kind`: a bundled name (`configs/<kind>/NAME.yaml`) or a
+    YAML path. Raises `error` for an unknown name (listing the bundled ones), a file that is not a
+    mapping (`expected` describes one) and keys outside `keys`."""
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = bundled_config_dir(kind) / f"{name_or_path}.yaml"
+        if not path.is_file():
+            raise error(f"unknown {kind} preset {name_or_path!r}; available: {bundled_presets(kind)} "
+                        f"(or give a path to a preset YAML file)")
+    values = read_yaml_mapping(path, f"{kind} preset", expected, error)
+    unknown = sorted(set(values) - set(keys))
+    if unknown:
+        raise error(f"{kind} preset {path}: unknown key(s) {unknown}; allowed: {', '.join(keys)}")
+    return path, values
+
+
+def prefixed_overrides(overrides, prefix: str, example: str,
+                       error: type[Exception] = ValueError) -> tuple[dict, list[str]]:
+    """Split `key=value` overrides into those starting with `prefix` (e.g. "cost."), parsed into
+    {key without the prefix: value}, and the rest, as given."""
+    mine = [item for item in overrides if item.strip().startswith(prefix)]
+    parsed = dict(parse_assignment(item.strip()[len(prefix):], "--set", example, error) for item in mine)
+    return parsed, [item for item in overrides if item not in mine]

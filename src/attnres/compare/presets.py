@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnres.common.checks import check_int
-from attnres.common.config_files import bundled_config_dir, bundled_presets, parse_assignment, read_yaml_mapping
+from attnres.common.config_files import bundled_config_dir, bundled_presets, prefixed_overrides, read_preset
 from attnres.compare.cost import CostSettings
 from attnres.model.config import DENSEFORMER_FIELDS, ROUTER_ABLATION_FIELDS, STREAM_FIELDS, variant_name
 from attnres.report.names import slug
@@ -50,23 +50,13 @@ def available_presets() -> list[str]:
 def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
     """A bundled preset by name, or a preset YAML file by path; `overrides` ("section.key=value") apply
     to its run, those starting with "cost." to its cost settings (e.g. "cost.repeats=10")."""
-    path = Path(name_or_path)
-    if not path.suffix:
-        path = preset_dir() / f"{name_or_path}.yaml"
-        if not path.is_file():
-            raise RunConfigError(f"unknown preset {name_or_path!r}; available: {available_presets()} "
-                                 f"(or give a path to a preset YAML file)")
-    values = read_yaml_mapping(path, "preset file", "a mapping with description, run, variants, seeds",
-                               RunConfigError)
-    unknown = sorted(set(values) - set(PRESET_KEYS))
-    if unknown:
-        raise RunConfigError(f"preset {path}: unknown key(s) {unknown}; allowed: {', '.join(PRESET_KEYS)}")
-    cost_overrides = [item for item in overrides if item.strip().startswith(COST_PREFIX)]
-    run = apply_overrides(values.get("run", {}), [item for item in overrides if item not in cost_overrides])
+    path, values = read_preset("compare", name_or_path, PRESET_KEYS,
+                               "a mapping with description, run, variants, seeds", RunConfigError)
+    changed, run_overrides = prefixed_overrides(overrides, COST_PREFIX, "cost.key=value (e.g. cost.repeats=10)",
+                                                RunConfigError)
+    run = apply_overrides(values.get("run", {}), run_overrides)
     cost = CostSettings.from_dict(values.get("cost"), f"preset {path}: cost")
-    if cost_overrides:
-        changed = dict(parse_assignment(item.strip()[len(COST_PREFIX):], "--set", "cost.key=value (e.g. cost.repeats=10)",
-                                        RunConfigError) for item in cost_overrides)
+    if changed:
         cost = CostSettings.from_dict({**cost.to_dict(), **changed}, "--set cost")
     variants = values.get("variants") or []
     if not any(isinstance(v, dict) and v.get("residual") == "standard" for v in variants):

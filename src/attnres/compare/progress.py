@@ -28,11 +28,14 @@ class CompareProgress:
     how many of them are finished already; steps: optimizer steps still to train here. interactive:
     a tqdm bar (True) or plain lines through `log` (False); None decides by whether `stream`
     (default sys.stderr, where tqdm draws) is a terminal. clock: seconds, for the ETA of plain lines.
+    command: the name its lines and bar start with ("compare", "scaling").
     The display starts at construction, so it is visible before the first run has set up.
     """
 
     def __init__(self, total_runs: int, done_runs: int, steps: int, log: Callable[[str], object] = print,
-                 interactive: bool | None = None, stream=None, clock: Callable[[], float] = time.monotonic) -> None:
+                 interactive: bool | None = None, stream=None, clock: Callable[[], float] = time.monotonic,
+                 command: str = "compare") -> None:
+        self.command = command
         self.stream = stream if stream is not None else sys.stderr
         self.interactive = _is_terminal(self.stream) if interactive is None else interactive
         self.total_runs, self.done_runs, self.total_steps = total_runs, done_runs, steps
@@ -45,10 +48,10 @@ class CompareProgress:
             self.bar = tqdm(total=steps, unit="step", file=self.stream, desc=self._runs(), dynamic_ncols=not unsized,
                             **({"ncols": FALLBACK_SIZE[0], "nrows": FALLBACK_SIZE[1]} if unsized else {}))
         else:
-            self.log(f"compare: {total_runs} run(s), {done_runs} finished earlier; {steps} step(s) to train")
+            self.log(f"{self.command}: {total_runs} run(s), {done_runs} finished earlier; {steps} step(s) to train")
 
     def _runs(self) -> str:
-        return f"compare {self.done_runs}/{self.total_runs} runs"
+        return f"{self.command} {self.done_runs}/{self.total_runs} runs"
 
     def note(self, text: str) -> None:
         """A log line (a run's result, a resumption) that does not break the bar."""
@@ -102,7 +105,7 @@ class CompareProgress:
         if self.bar is not None:
             self.bar.set_postfix_str(text, refresh=True)
         else:
-            self.log(f"compare: {text}")
+            self.log(f"{self.command}: {text}")
 
     def _eta(self) -> str:
         """', 1:02 elapsed, ETA 3:10' from the steps trained so far; '' before the first step."""

@@ -71,7 +71,7 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
     for seed in seed_list:  # seeds outer, variants inner: a partial run still compares like with like
         for variant, spec in zip(variants, preset.variants):
             run = variant_run(preset.run, spec, seed, str(out_dir / "runs" / variant_slug(spec) / f"seed{seed}"))
-            plan.append(_PlannedRun(variant, seed, run, _finished_record(run), len(plan) % count == index))
+            plan.append(_PlannedRun(variant, seed, run, finished_record(run), len(plan) % count == index))
     todo = [p for p in plan if p.record is None and p.mine]
     display = CompareProgress(sum(p.record is not None or p.mine for p in plan), sum(p.record is not None for p in plan),
                               sum(p.run.train.steps for p in todo), log=log, interactive=progress)
@@ -139,10 +139,10 @@ def _train_variant(run, name: str, seed: int, device: str, display: CompareProgr
     return record
 
 
-def _finished_record(run) -> dict | None:
-    """The record a finished run left in its folder; None if there is none. A record of other
-    settings is an error: the folder belongs to another comparison."""
-    path = Path(run.out_dir) / RECORD_FILE
+def finished_record(run: RunConfig, filename: str = RECORD_FILE) -> dict | None:
+    """The record a finished run left in its folder (`filename`); None if there is none. A record of
+    other settings is an error: the folder belongs to another comparison or sweep."""
+    path = Path(run.out_dir) / filename
     if not path.is_file():
         return None
     try:

@@ -99,3 +99,22 @@ def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPer
 def training_flops(config: ModelConfig, tokens: int, seq_len: int | None = None) -> int:
     """Training FLOPs of `tokens` tokens on sequences of `seq_len` (`flops_per_token(...).training * tokens`)."""
     return flops_per_token(config, seq_len).training * tokens
+
+
+@dataclass(frozen=True)
+class ParameterCount:
+    """A model's parameters: `total`, and `non_embedding` (without the token embedding and an untied
+    LM head: the count Kaplan et al.'s scaling laws use, which the embedding's size does not blur)."""
+
+    total: int
+    non_embedding: int
+
+
+def parameter_count(config: ModelConfig) -> ParameterCount:
+    """The parameters of `config`, counted on the meta device (no memory, any size); tied weights once."""
+    with torch.device("meta"):
+        model = AttnResLM(config)
+    total = sum(p.numel() for p in model.parameters())  # parameters() yields a tied weight once
+    embedding = model.embed_tokens.weight.numel()
+    head = 0 if config.tie_embeddings else model.lm_head.weight.numel()
+    return ParameterCount(total=total, non_embedding=total - embedding - head)

@@ -1,0 +1,150 @@
+"""`attnres scaling`: train the size grid of a preset for every variant, fit loss against compute, write
+the report (docs/scaling.md).
+
+Every run is an `attnres train` run: in this process (`attnres.train.train`, what `attnres train`
+calls), or, with a launcher such as "torchrun --nproc-per-node 8", as `<launcher> -m attnres train
+--config <run>/config.yaml` in a child process, so a GPU preset runs on torchrun unchanged. Either way
+the run's record is read back from its folder (metrics.jsonl), written atomically beside it, and
+reused by later calls; an interrupted run resumes from its checkpoint. `--shard I/N` trains a
+FLOPs-balanced share and writes no report; a last call without it writes the report.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import yaml
+
+from attnres.checkpoint import checkpoint_dirs
+from attnres.common.atomic import write_atomic
+from attnres.common.machine import machine_info
+from attnres.compare.progress import CompareProgress
+from attnres.compare.run import finished_record
+from attnres.data import prepare_data
+from attnres.model.config import variant_name
+from attnres.scaling.plan import PlannedRun, plan_sweep
+from attnres.scaling.preset import ScalingPreset, size_name
+from attnres.train import TrainingError, train
+from attnres.train.metrics import read_metrics
+from attnres.train.stability import run_totals
+
+RECORD_FILE = "scaling_record.json"  # in each run's folder: its settings and results, once finished
+
+
+def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, command: str = "",
+              device: str = "cpu", shard: tuple[int, int] = (0, 1), launcher: str | None = None,
+              replicates: int = 1000, log=print, progress: bool | None = None) -> dict | None:
+    """Train (or reuse) every run of the sweep into out_dir/runs/<size>/<variant>/seed<k>/, then fit and
+    write the report (results.json, report.md, index.html, figures/); returns the results dict, or
+    None for a shard (shard=(i, n) with n > 1 trains its share and writes nothing else).
+    launcher: a command prefix that runs `-m attnres train` (e.g. "torchrun --nproc-per-node 8");
+    None trains in this process. replicates: bootstrap replicates of the fit."""
+    out_dir = Path(out_dir)
+    planned = plan_sweep(preset, out_dir, seeds, shard)
+    records = {id(p): finished_record(p.run, RECORD_FILE) for p in planned}
+    todo = [p for p in planned if records[id(p)] is None and p.mine]
+    todo.sort(key=lambda p: p.flops)  # smallest first: a stopped sweep has its small sizes done
+    display = CompareProgress(sum(records[id(p)] is not None or p.mine for p in planned),
+                              sum(records[id(p)] is not None for p in planned), sum(p.run.train.steps for p in todo),
+                              log=log, interactive=progress, command="scaling")
+    try:
+        for p in todo:
+            records[id(p)] = _train_run(p, device, launcher, display)
+        if shard[1] > 1:
+            return None
+        display.phase("fitting and writing the report")
+        from attnres.report.scaling_report import write_scaling_report  # only here: a shard never reports
+
+        results = sweep_results(preset, planned, [records[id(p)] for p in planned], command, device, replicates)
+        write_scaling_report(results, out_dir)
+        return results
+    finally:
+        display.close()
+
+
+def sweep_results(preset: ScalingPreset, planned: list[PlannedRun], records: list[dict], command: str,
+                  device: str, replicates: int) -> dict:
+    """The dict `write_scaling_report` renders: the plan's sizes, every variant with its runs' records,
+    and the fit (`summarize_sweep`)."""
+    from attnres.scaling.summary import summarize_sweep  # only here: a shard never fits
+
+    variants = [{"name": variant_name(v), **v, "runs": []} for v in preset.variants]
+    by_name = {v["name"]: v for v in variants}
+    for p, record in zip(planned, records, strict=True):
+        by_name[p.name]["runs"].append(record)
+    train_tokens = len(prepare_data(planned[0].run.data).train_tokens)  # the cache the runs filled: reads no text
+    sizes = []
+    for size in preset.sizes:
+        standard = next(p for p in planned if p.size == size_name(size) and p.variant["residual"] == "standard")
+        sizes.append({"name": standard.size, **{k: standard.run.model[k] for k in (
+            "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")},
+            "parameters": standard.parameters, "total_parameters": standard.total_parameters,
+            "tokens": standard.tokens, "epochs": standard.tokens / train_tokens, "steps": standard.run.train.steps,
+            "seeds": sorted({p.seed for p in planned if p.size == standard.size})})
+    return {
+        "preset": preset.name, "description": preset.description, "command": command,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(torch.device(device)),
+        "rules": {**preset.rules.to_dict(), "parameters counted": "non-embedding, of the standard model",
+                  "training split": f"{train_tokens:,} tokens",
+                  "batch x seq_len": f"{planned[0].run.train.batch_size} x {planned[0].run.train.seq_len}",
+                  "lr": planned[0].run.train.lr, "precision": planned[0].run.train.precision,
+                  "data": planned[0].run.data.source},
+        "settings": {"model": preset.run.get("model", {}), "data": preset.run.get("data", {}),
+                     "train": preset.run.get("train", {})},
+        "sizes": sizes,
+        "variants": variants,
+        "fit": summarize_sweep(variants, replicates=replicates),
+    }
+
+
+def _train_run(p: PlannedRun, device: str, launcher: str | None, display: CompareProgress) -> dict:
+    """Train (or resume) one run and write its record atomically into its folder."""
+    folder = Path(p.run.out_dir)
+    resume = bool(checkpoint_dirs(folder / "checkpoints"))
+    label = f"{p.size} {p.name} seed {p.seed}"
+    display.start_run(label, p.run.train.steps, "resuming" if resume else "training")
+    if launcher is None:
+        train(p.run, resume=resume, device=device, log=display.note, on_step=display.step)
+    else:
+        folder.mkdir(parents=True, exist_ok=True)
+        config = folder / "config.yaml"  # the trainer writes the same settings here again
+        write_atomic(config, yaml.safe_dump(p.run.to_dict(), sort_keys=False))
+        argv = [*shlex.split(launcher), "-m", "attnres", "train", "--config", str(config), "--device", device,
+                *(["--resume"] if resume else [])]
+        display.note(f"[{label}] {shlex.join(argv)}")
+        finished = subprocess.run(argv, check=False)
+        if finished.returncode:
+            raise TrainingError(f"{label}: `{shlex.join(argv)}` exited with {finished.returncode}")
+    record = run_record(p)
+    write_atomic(folder / RECORD_FILE, json.dumps({"run": p.run.to_dict(), "record": record}))
+    display.finish_run(f"{label}: val loss {record['final_val_loss']:.4f}, {record['flops']:.3g} FLOPs")
+    return record
+
+
+def run_record(p: PlannedRun) -> dict:
+    """What the fit and the report need of a finished run, read from its metrics.jsonl: the final
+    validation loss (evaluated at the last step), the curve, divergence events, the median step time."""
+    metrics = read_metrics(Path(p.run.out_dir))
+    last = [r for r in metrics if r.get("step") == p.run.train.steps and "val_loss" in r]
+    if not last:
+        raise TrainingError(f"{p.run.out_dir}: metrics.jsonl has no validation loss at the last step "
+                            f"{p.run.train.steps}; the run did not finish")
+    times = [r["step_time_s"] for r in metrics if "step_time_s" in r]
+    return {"size": p.size, "seed": p.seed, "parameters": p.parameters, "total_parameters": p.total_parameters,
+            "tokens": p.tokens, "flops": p.flops, "final_val_loss": last[-1]["val_loss"],
+            "val_curve": [[r["step"], r["val_loss"]] for r in metrics if "val_loss" in r],
+            "stability": run_totals(metrics),
+            "step_time_s": statistics.median(times) if times else None, "run_dir": str(p.run.out_dir)}
+
+
+def python_launcher() -> str:
+    """The launcher that runs `-m attnres train` with this interpreter in a child process (tests)."""
+    return shlex.quote(sys.executable)
