@@ -71,7 +71,7 @@ def _scaling(args: argparse.Namespace) -> int:
     from attnres.scaling.preset import load_preset
     from attnres.scaling.sweep import run_sweep
 
-    preset = load_preset(args.preset, args.set, variants=args.variants)
+    preset = load_preset(args.preset, args.set, variants=args.variants, sizes=args.sizes)
     out = Path(args.out or f"reports/scaling-{preset.name}")
     if args.dry_run:
         print(plan_text(preset, plan_sweep(preset, out, seeds=args.seeds)))
@@ -245,6 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("--variants", nargs="+", default=None, metavar="NAME",
                          help="only these of the preset's variants, by name or residual; standard must be one "
                               "(default: all)")
+    scaling.add_argument("--sizes", nargs="+", default=None, metavar="NAME",
+                         help="only these of the preset's sizes, by name (dWIDTH-lLAYERS, e.g. d64-l8; --dry-run "
+                              "lists them); at least 2 (default: all)")
     scaling.add_argument("--seeds", type=int, default=None,
                          help="seeds at every size (default: each size's own, else the preset's)")
     scaling.add_argument("--out", default=None, help="report folder (default: reports/scaling-PRESET)")

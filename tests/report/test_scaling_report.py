@@ -136,7 +136,7 @@ def test_a_flagged_fit_is_said_and_the_power_law_quoted_with_its_caution(report)
             f"{entry['fit']['rms_log_residual']:.4f}, is more than 2× the seed spread, {entry['seed_spread']:.4f}") \
         in conclusion
     flagged = saved["fit"]["advantage"]["saturating"][ZIGZAG]["at_max"]["value"]
-    assert (f"under the power law (the flagged saturating fit gives {flagged:.2f}×); the power law too misses the "
+    assert (f"under the power law (the saturating fit gives {flagged:.2f}×); the power law too misses the "
             f"points of {ZIGZAG} and standard by more than 2× the seed spread, so this figure is rough") in conclusion
     assert row(section(md, "Fit: saturating law"), ZIGZAG)[-1] == "misfit"
     std, fit = row(section(md, "Fit: saturating law"), "standard"), saved["fit"]["laws"]["saturating"]["standard"]
@@ -217,3 +217,20 @@ def test_the_report_layer_does_not_import_the_scaling_layer():
             "print(any(m.startswith('attnres.scaling') for m in sys.modules))")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip() == "False"
+
+
+def test_a_law_without_residuals_is_said_to_have_no_interval_and_the_power_law_quoted(tmp_path):
+    rng = np.random.default_rng(3)
+    variants = [variant("standard", "standard", ahead(1.0), rng, sizes=(0, 2, 5)),
+                variant(BLOCK, "block_attnres", ahead(1.3), rng, sizes=(0, 2, 5), num_blocks=8)]
+    for v in variants:  # one seed at three sizes: the three-parameter law goes through every point
+        v["runs"] = [r for r in v["runs"] if r["seed"] == 0]
+    write_scaling_report(make_results(variants, replicates=20), tmp_path)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    conclusion = section((tmp_path / "report.md").read_text(), "Conclusion")
+    reason = saved["fit"]["laws"]["saturating"]["standard"]["no_interval"]
+    assert f"the saturating fit of standard has no interval: {reason}" in conclusion
+    power = saved["fit"]["advantage"]["power"][BLOCK]["at_max"]
+    assert (f"is {power['value']:.2f}× (95% interval {power['low']:.2f}× to {power['high']:.2f}×) under the power "
+            "law (the saturating fit gives") in conclusion
+    assert conclusion.count("95% interval") == 1  # the power law's; no zero-width saturating interval

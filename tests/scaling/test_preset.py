@@ -119,3 +119,15 @@ def test_a_size_the_model_refuses_fails_at_load(tmp_path):
 def test_unknown_preset_lists_the_bundled_ones():
     with pytest.raises(ScalingPresetError, match="available"):
         load_preset("nope")
+
+
+def test_sizes_filter_keeps_the_named_sizes_with_their_settings(tmp_path):
+    path = write(tmp_path, {**BASE, "sizes": BASE["sizes"] + [{"hidden_size": 48, "num_layers": 2}]})
+    preset = load_preset(path, sizes=["d48-l2", "d16-l2"])
+    assert [size_name(s) for s in preset.sizes] == ["d16-l2", "d48-l2"]  # the preset's order
+    full = load_preset(path)
+    assert size_run(preset, preset.sizes[1], 1000) == size_run(full, full.sizes[2], 1000)
+    with pytest.raises(ScalingPresetError, match=r"--sizes: \['d8-l2'\] not in preset"):
+        load_preset(path, sizes=["d8-l2", "d16-l2"])
+    with pytest.raises(ScalingPresetError, match="at least 2 sizes"):
+        load_preset(path, sizes=["d16-l2"])

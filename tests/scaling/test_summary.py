@@ -144,3 +144,24 @@ def test_the_grid_spans_every_run_and_the_cases_bootstrap_runs():
     out = summarize_sweep(variants, replicates=30, bootstrap="cases", grid_points=5)
     assert out["settings"]["bootstrap"] == "cases" and len(out["laws"]["power"]["standard"]["band"]["loss"]) == 5
     assert out["advantage"]["power"][BLOCK]["at_max"]["value"] > 1
+
+
+def test_a_law_through_as_many_runs_as_parameters_has_no_interval_not_a_zero_width_one():
+    # three sizes, one seed each: the saturating law passes through every point; the residual bootstrap
+    # would redraw zero residuals and return that fit every time
+    rng = np.random.default_rng(3)
+    one_seed = [variant("standard", "standard", ahead(1.0), rng, sizes=(0, 2, 5)),
+                variant(BLOCK, "block_attnres", ahead(1.3), rng, sizes=(0, 2, 5), num_blocks=8)]
+    for v in one_seed:
+        v["runs"] = [r for r in v["runs"] if r["seed"] == 0]
+    summary = summarize_sweep(one_seed, replicates=50)
+    sat = summary["laws"]["saturating"]["standard"]
+    assert sat["fit"] is not None and sat["fit"]["rms_log_residual"] < 1e-6
+    assert sat["replicates"] == 0 and sat["alpha"] == [None, None] and sat["loss_at_max"]["low"] is None
+    assert "3 parameters and 3 runs" in sat["no_interval"]
+    advantage = summary["advantage"]["saturating"][BLOCK]
+    assert advantage["replicates"] == 0 and advantage["at_max"]["low"] is None
+    assert advantage["no_interval"] == (f"{BLOCK} and standard have as many runs as the law has parameters, so no "
+                                        f"residual to resample")
+    power = summary["laws"]["power"]["standard"]  # two parameters, three runs: one residual degree of freedom
+    assert power["no_interval"] is None and power["replicates"] > 0

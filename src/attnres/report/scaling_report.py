@@ -127,13 +127,15 @@ def _confidence(fit: dict) -> str:
 
 def quoted_law(fit: dict, name: str) -> tuple[str | None, list[str]]:
     """The law whose advantage the report quotes for `name`, and why it is not the saturating one:
-    saturating unless `name`'s or standard's saturating fit was refused or flagged (residuals beyond
-    the seed spread); then power, if that advantage could be computed; None when neither."""
+    saturating unless `name`'s or standard's saturating fit was refused, flagged (residuals beyond
+    the seed spread) or without an interval (as many runs as parameters); then power, if that advantage could be computed; None when neither."""
     laws, factor, reasons = fit["laws"]["saturating"], fit["settings"]["misfit_factor"], []
     for who in (name, fit["baseline"]):
         entry = laws[who]
         if entry["fit"] is None:
             reasons.append(f"the saturating fit of {who} was refused ({entry['error']})")
+        elif entry.get("no_interval"):
+            reasons.append(f"the saturating fit of {who} has no interval: {entry['no_interval']}")
         elif entry["misfit"]:
             reasons.append(f"the saturating fit of {who} is flagged: its RMS log residual, "
                            f"{entry['fit']['rms_log_residual']:.4f}, is more than {factor:g}× the seed spread, "
@@ -157,6 +159,8 @@ def interval_side(entry: dict) -> str | None:
 
 def interval_verdict(entry: dict, name: str) -> str:
     """Whether the advantage's interval excludes 1, in words."""
+    if interval_side(entry) is None and entry.get("no_interval"):
+        return f"There is no interval: {entry['no_interval']}."
     return {None: "No bootstrap replicate could be fitted, so there is no interval.",
             "ahead": f"The interval excludes 1: {name} needs less compute than standard for the same loss.",
             "behind": f"The interval excludes 1: {name} needs more compute than standard for the same loss.",
@@ -195,7 +199,7 @@ def conclusion(results: dict) -> list[str]:
         fallback = ""
         if law == "power":
             flagged = fit["advantage"]["saturating"][name]
-            fallback = (f" (the flagged saturating fit gives {times(flagged['at_max']['value'])})"
+            fallback = (f" (the saturating fit gives {times(flagged['at_max']['value'])})"
                         if flagged["error"] is None else "")
             lead += "The power law's figure instead: "
             missed = [who for who in (name, fit["baseline"]) if fit["laws"]["power"][who]["misfit"]]

@@ -3,6 +3,7 @@ and training FLOPs, the share of each shard, and the dry run's table (docs/scali
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,7 +11,8 @@ from pathlib import Path
 from attnres.compare.presets import variant_run, variant_slug
 from attnres.data import DataConfig
 from attnres.model.config import variant_name
-from attnres.model.flops import parameter_count, training_flops
+from attnres.model import ModelConfig
+from attnres.model.flops import FlopsPerToken, ParameterCount, flops_per_token, parameter_count
 from attnres.scaling.preset import ScalingPreset, ScalingPresetError, size_name, size_run, size_seeds
 from attnres.train.run_config import RunConfig
 
@@ -61,26 +63,34 @@ def plan_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None,
     rounded up to whole steps, the same for every variant of the size. Runs go to shards by
     longest-first greedy assignment on FLOPs (`assign_shards`), so N shards finish together.
     """
-    planned = []
+    planned, counts = [], {}
+    vocab = vocab_size_of(preset.run)
     for size in preset.sizes:
         name = size_name(size)
         standard = next(v for v in preset.variants if v["residual"] == "standard")
         probe = variant_run(size_run(preset, size, tokens=1), standard, seed=0, out_dir="unused")
-        vocab = vocab_size_of(preset.run)
-        base_params = parameter_count(probe.build_model_config(vocab)).non_embedding
+        base_params = _counts(probe.build_model_config(vocab), probe.train.seq_len, counts)[0].non_embedding
         tokens_wanted = preset.rules.tokens_per_parameter * base_params
         base = size_run(preset, size, tokens=math.ceil(tokens_wanted))
         for seed in size_seeds(preset, size, seeds):
             for variant in preset.variants:
                 folder = Path(out_dir) / "runs" / name / variant_slug(variant) / f"seed{seed}"
                 run = variant_run(base, variant, seed, str(folder))
-                config = run.build_model_config(vocab)
-                count = parameter_count(config)
+                count, per_token = _counts(run.build_model_config(vocab), run.train.seq_len, counts)
                 tokens = run.train.steps * run.train.tokens_per_step
                 planned.append(PlannedRun(name, size, variant, seed, run, count.non_embedding, count.total, tokens,
-                                          float(training_flops(config, tokens, run.train.seq_len))))
+                                          float(per_token.training * tokens)))
     assign_shards(planned, shard)
     return planned
+
+
+def _counts(config: ModelConfig, seq_len: int, memo: dict) -> tuple[ParameterCount, FlopsPerToken]:
+    """Parameters and FLOPs per token of `config`, each distinct config counted once (seeds share one:
+    counting builds the model on the meta device, about a second at 7.6B)."""
+    key = (json.dumps(config.to_dict(), sort_keys=True), seq_len)
+    if key not in memo:
+        memo[key] = (parameter_count(config), flops_per_token(config, seq_len))
+    return memo[key]
 
 
 def assign_shards(planned: list[PlannedRun], shard: tuple[int, int]) -> None:

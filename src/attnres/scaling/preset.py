@@ -114,10 +114,13 @@ def available_presets() -> list[str]:
     return bundled_presets("scaling")
 
 
-def load_preset(name_or_path: str, overrides: list[str] = (), variants: list[str] | None = None) -> ScalingPreset:
+def load_preset(name_or_path: str, overrides: list[str] = (), variants: list[str] | None = None,
+                sizes: list[str] | None = None) -> ScalingPreset:
     """A bundled preset by name or a preset YAML by path; `overrides` ("section.key=value") apply to
     its base run, those starting with "rules." to its rules; `variants` keeps only the variants with
-    these names or residuals (standard must stay: it is what the advantage is measured against)."""
+    these names or residuals (standard must stay: it is what the advantage is measured against);
+    `sizes` keeps only the sizes with these names ("d64-l8", `size_name`): a part of the sweep, whose
+    runs are the full sweep's runs (the same settings, so they are reused either way)."""
     path, values = read_preset("scaling", name_or_path, PRESET_KEYS,
                                "a mapping with sizes, rules, variants and run", ScalingPresetError)
     changed, run_overrides = prefixed_overrides(overrides, RULES_PREFIX, "rules.key=value (e.g. "
@@ -128,7 +131,7 @@ def load_preset(name_or_path: str, overrides: list[str] = (), variants: list[str
     seeds = values.get("seeds", 1)
     check_int(seeds, f"scaling preset {path}: seeds", error=ScalingPresetError)
     chosen = _chosen_variants(values.get("variants") or [], variants, path)
-    sizes = [_size_entry(size, i, path) for i, size in enumerate(values.get("sizes") or [])]
+    sizes = _chosen_sizes([_size_entry(size, i, path) for i, size in enumerate(values.get("sizes") or [])], sizes, path)
     if len(sizes) < 2:
         raise ScalingPresetError(f"scaling preset {path}: 'sizes' must list at least 2 sizes (a law has 2 or 3 "
                                  f"parameters; 5 or more give the fit room), got {len(sizes)}")
@@ -177,6 +180,16 @@ def _size_entry(size, index: int, path: Path) -> dict:
     if "seeds" in size:
         check_int(size["seeds"], f"{where}.seeds", error=ScalingPresetError)
     return dict(size)
+
+
+def _chosen_sizes(entries: list[dict], names: list[str] | None, path: Path) -> list[dict]:
+    if not names:
+        return entries
+    known = [size_name(e) for e in entries]
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise ScalingPresetError(f"--sizes: {missing} not in preset {path.stem}; its sizes: {known}")
+    return [e for e in entries if size_name(e) in names]
 
 
 def _chosen_variants(variants: list, names: list[str] | None, path: Path) -> list[dict]:

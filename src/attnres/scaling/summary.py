@@ -88,13 +88,21 @@ def _value_interval(value: float, samples: np.ndarray, confidence: float) -> dic
     return {"value": float(value), "low": float(low[0]), "high": float(high[0])}
 
 
+def no_interval(law: str, runs: int) -> str:
+    """Why a fitted law has no interval: it has no residual degrees of freedom."""
+    return (f"the {law} law has {LAWS[law]} parameters and {runs} runs to fit, so it passes through every point "
+            f"and leaves no residual to resample")
+
+
 def law_entry(law: str, fit: ScalingFit | None, error: str | None, points: list[Point], excluded: int,
               replicates: list[ScalingFit | None], grid: np.ndarray, confidence: float) -> dict:
     """One variant under one law: {"fit", "error", "points", "excluded" (runs without a finite loss),
     "replicates" (bootstrap fits made), "alpha": [lo, hi], "e": [lo, hi] (saturating only),
     "loss_at_max": {"value", "low", "high"}, "seed_spread", "misfit", "band": {"compute", "loss",
-    "low", "high"} over `grid`}; intervals and band are None without a fit."""
+    "low", "high"} over `grid`, "no_interval": why a fitted law has no interval (as many runs as
+    parameters) or None}; intervals and band are None without a fit."""
     entry = {"fit": None if fit is None else fit.to_dict(), "error": error, "points": len(points),
+             "no_interval": None if fit is None or len(points) > LAWS[law] else no_interval(law, len(points)),
              "excluded": excluded, "replicates": 0, "alpha": None, "loss_at_max": None,
              "seed_spread": seed_spread(points), "misfit": None, "band": None}
     if law == "saturating":
@@ -118,10 +126,11 @@ def advantage_entry(name: str, fits: dict, replicates: dict, baseline: str, grid
                     confidence: float) -> dict:
     """`name`'s compute advantage over `baseline` (`compute_advantage`) at the largest compute and over
     `grid`, with percentile intervals over the paired replicates where both fits were made:
-    {"error", "replicates", "at_max": {"compute", "value", "low", "high", "beyond_floor_share"},
+    {"error", "replicates", "no_interval" (why there are no replicates, or None), "at_max": {"compute", "value", "low", "high", "beyond_floor_share"},
     "curve": {"compute", "value", "low", "high"}, "range": [min, max] of the curve}. inf (a loss
     below standard's floor) stays inf here; `jsonable` writes it as None."""
     missing = [n for n in (name, baseline) if fits[n] is None]
+    exact = [n for n in (name, baseline) if not missing and not replicates[n]]
     if missing:
         return {"error": f"no fit of {' and '.join(missing)}", "replicates": 0, "at_max": None, "curve": None,
                 "range": None}
@@ -131,6 +140,8 @@ def advantage_entry(name: str, fits: dict, replicates: dict, baseline: str, grid
     low, high = quantile_band(samples, confidence)
     share = float(np.isinf(samples[:, -1]).mean()) if len(pairs) else None
     return {"error": None, "replicates": len(pairs),
+            "no_interval": (f"{' and '.join(exact)} {'has' if len(exact) == 1 else 'have'} as many runs as the law has "
+                            f"parameters, so no residual to resample") if exact else None,
             "at_max": {"compute": float(grid[-1]), "value": float(value[-1]), "low": float(low[-1]),
                        "high": float(high[-1]), "beyond_floor_share": share},
             "curve": {"compute": grid.tolist(), "value": value.tolist(), "low": low.tolist(), "high": high.tolist()},
@@ -163,7 +174,10 @@ def summarize_sweep(variants: list[dict], replicates: int = 1000, confidence: fl
     for law in LAWS:
         made = {name: _fit_or_error(pts, law) for name, pts in points.items()}
         fits = {name: fit for name, (fit, _) in made.items()}
-        fittable = {name: points[name] for name, fit in fits.items() if fit is not None}
+        # a law through as many runs as it has parameters passes through every point: no residual is
+        # left to resample, and a bootstrap would return that one fit every time (a zero-width interval)
+        fittable = {name: points[name] for name, fit in fits.items()
+                    if fit is not None and len(points[name]) > LAWS[law]}
         # one call for every fittable variant: replicate r shares its draws across variants (paired)
         reps = bootstrap_fits(fittable, law, replicates, seed, bootstrap) if fittable else {}
         reps = {name: reps.get(name, []) for name in names}

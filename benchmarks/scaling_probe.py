@@ -1,0 +1,108 @@
+"""The machine probe of a scaling sweep: the same runs on another floating-point path, side by side.
+
+Small CPU runs part ways on floating-point details alone. This reads a sweep's results.json and a
+probe's (the same preset and settings, a part of its sizes, run with another kernel set, e.g.
+`ATEN_CPU_CAPABILITY=avx2 attnres scaling --preset cpu --sizes ... --seeds 1 --out PROBE`), pairs
+their runs by variant, size and seed, and writes PROBE/probe.md: each run's final loss on both
+paths, how far the probe moved it, the paired difference to standard on both paths, and the
+seeds' spread at each size in the sweep, which is the noise the fit's intervals already carry.
+
+    python benchmarks/scaling_probe.py docs/scaling docs/scaling-probe
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+from pathlib import Path
+
+BASELINE = "standard"
+
+
+def _losses(results: dict) -> dict[tuple[str, str, int], float]:
+    return {(v["name"], r["size"], r["seed"]): r["final_val_loss"] for v in results["variants"] for r in v["runs"]}
+
+
+def paired_rows(sweep: dict, probe: dict) -> list[dict]:
+    """One row per run present in both: {"variant", "size", "seed", "sweep", "probe", "moved",
+    "diff_sweep", "diff_probe"} (diff_*: the variant's loss minus standard's at that size and seed;
+    None for standard itself)."""
+    main, other = _losses(sweep), _losses(probe)
+    rows = []
+    for key in sorted(set(main) & set(other), key=lambda k: (k[1], k[2], k[0] != BASELINE, k[0])):
+        name, size, seed = key
+        base = (BASELINE, size, seed)
+        both = name != BASELINE and base in main and base in other
+        rows.append({"variant": name, "size": size, "seed": seed, "sweep": main[key], "probe": other[key],
+                     "moved": other[key] - main[key],
+                     "diff_sweep": main[key] - main[base] if both else None,
+                     "diff_probe": other[key] - other[base] if both else None})
+    return rows
+
+
+def seed_spread_by_size(sweep: dict) -> dict[str, float]:
+    """Per size, the pooled sample standard deviation of final loss between seeds over the variants
+    (sizes with one seed are left out)."""
+    squares, dof = {}, {}
+    for variant in sweep["variants"]:
+        by_size: dict[str, list[float]] = {}
+        for run in variant["runs"]:
+            by_size.setdefault(run["size"], []).append(run["final_val_loss"])
+        for size, losses in by_size.items():
+            if len(losses) > 1:
+                mean = statistics.fmean(losses)
+                squares[size] = squares.get(size, 0.0) + sum((x - mean) ** 2 for x in losses)
+                dof[size] = dof.get(size, 0) + len(losses) - 1
+    return {size: math.sqrt(squares[size] / dof[size]) for size in squares}
+
+
+def probe_markdown(sweep: dict, probe: dict, sweep_dir: str, probe_dir: str) -> str:
+    """probe.md: the paired table and what it says."""
+    rows = paired_rows(sweep, probe)
+    if not rows:
+        raise ValueError("the sweep and the probe share no run (variant, size and seed)")
+    spread = seed_spread_by_size(sweep)
+    fmt = lambda x: "-" if x is None else f"{x:+.3f}"  # noqa: E731
+    capability = lambda r: r.get("machine", {}).get("cpu_capability", "?")  # noqa: E731
+    lines = [f"# Machine probe of {sweep_dir}", "",
+             f"The sweep ran with PyTorch's `{capability(sweep)}` CPU kernels; the probe (`{probe_dir}`) ran the "
+             f"same settings with `{capability(probe)}`. Command of the probe: `{probe.get('command', '?')}`.", "",
+             "| size | variant | seed | loss (sweep) | loss (probe) | moved | Δ vs standard (sweep) | "
+             "Δ vs standard (probe) | seed spread at the size |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        s = spread.get(r["size"])
+        lines.append(f"| {r['size']} | {r['variant']} | {r['seed']} | {r['sweep']:.4f} | {r['probe']:.4f} | "
+                     f"{r['moved']:+.4f} | {fmt(r['diff_sweep'])} | {fmt(r['diff_probe'])} | "
+                     f"{'-' if s is None else f'{s:.4f}'} |")
+    moved = [abs(r["moved"]) for r in rows]
+    pairs = [r for r in rows if r["diff_sweep"] is not None]
+    flips = [r for r in pairs if (r["diff_sweep"] > 0) != (r["diff_probe"] > 0)]
+    shifts = [abs(r["diff_probe"] - r["diff_sweep"]) for r in pairs]
+    lines += ["", f"{len(rows)} runs on both paths: the probe moved final losses by {max(moved):.4f} nats at most "
+                  f"(median {statistics.median(moved):.4f}); the seeds' spread at these sizes is "
+                  f"{', '.join(f'{k} {v:.4f}' for k, v in sorted(spread.items()) if k in {r['size'] for r in rows})}.",
+              f"Paired differences to standard moved by {max(shifts):.4f} at most "
+              f"(median {statistics.median(shifts):.4f}); {len(flips)} of {len(pairs)} changed sign"
+              + (": " + ", ".join(f"{r['variant']} at {r['size']} seed {r['seed']}" for r in flips) if flips else "")
+              + "." if pairs else "No variant shares a size and seed with standard in both."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", help="the sweep's report folder (results.json)")
+    parser.add_argument("probe", help="the probe's report folder (results.json); probe.md is written here")
+    args = parser.parse_args(argv)
+    sweep = json.loads((Path(args.sweep) / "results.json").read_text())
+    probe = json.loads((Path(args.probe) / "results.json").read_text())
+    text = probe_markdown(sweep, probe, args.sweep, args.probe)
+    (Path(args.probe) / "probe.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
