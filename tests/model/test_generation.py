@@ -41,18 +41,49 @@ def model_for(residual="block_attnres", num_blocks=3, exact=None, seed=0, max_se
 
 
 @torch.no_grad()
-def eager_greedy(model, ids, steps, attention_mask=None):
-    """ids (B, T) followed by `steps` argmax tokens, decoded by AttnResLM.forward with the growing KVCache."""
-    cache, out = KVCache(), [ids]
+def eager_greedy(model, ids, steps, attention_mask=None, with_margins=False):
+    """ids (B, T) followed by `steps` argmax tokens, decoded by AttnResLM.forward with the growing KVCache.
+    with_margins: also the (B, steps) top-1 minus top-2 logit margin of each step, over that step's max |logit|."""
+    cache, out, margins = KVCache(), [ids], []
     logits = model(ids, cache=cache, attention_mask=attention_mask).logits[:, -1]
     mask = attention_mask
     for _ in range(steps):
+        top = logits.float().topk(2, dim=-1).values
+        margins.append((top[:, 0] - top[:, 1]) / logits.float().abs().amax(-1))
         token = logits.argmax(-1, keepdim=True)
         out.append(token)
         if mask is not None:
             mask = torch.cat([mask, torch.ones_like(token)], dim=1)
         logits = model(token, cache=cache, attention_mask=mask).logits[:, -1]
-    return torch.cat(out, dim=1)
+    return (torch.cat(out, dim=1), torch.stack(margins, dim=1)) if with_margins else torch.cat(out, dim=1)
+
+
+# Under bf16 autocast two valid computations (the eager model with its growing cache, the fixed-shape
+# step with its static cache) round differently, and by how much depends on the CPU's bf16 kernels
+# (native AVX-512 BF16/AMX CPUs round otherwise than AVX2 ones): a near-tie in the logits can flip the
+# argmax, after which the two sequences continue from different prefixes. bf16 keeps 8 significant
+# bits, so the largest logit is itself rounded by up to 2^-8 of its size (a bf16 ulp is 0.4-0.8% of
+# it); the flips measured on an AMX CPU came at margins of 0, 0.0044 and 0.0069 x max |logit|.
+# NEAR_TIE = 2e-2 (2.5 to 5 bf16 ulps of the largest logit) leaves room for other machines' kernels.
+NEAR_TIE = 2e-2
+
+
+def assert_greedy_agrees_until_a_near_tie(got, expected, margins, prompt_len, near_tie=NEAR_TIE):
+    """Per row, the generated tokens equal the expected greedy ones step by step until the first step
+    where they differ; a difference is allowed only where the expected model's top-1/top-2 margin
+    (`margins`, relative to that step's max |logit|) is below `near_tie`, and ends the comparison.
+    Returns the number of tokens that agreed, over the batch."""
+    got, expected = got[:, prompt_len:].tolist(), expected[:, prompt_len:].tolist()
+    agreed = 0
+    for row, (g, e) in enumerate(zip(got, expected)):
+        assert len(g) == len(e), (row, g, e)
+        for step, (a, b) in enumerate(zip(g, e)):
+            if a != b:
+                margin = margins[row, step].item()
+                assert margin < near_tie, f"row {row} step {step}: token {a} != {b} at margin {margin:.4f} >= {near_tie}"
+                break
+            agreed += 1
+    return agreed
 
 
 def prompt(batch=2, length=6, seed=1):
@@ -75,9 +106,11 @@ def test_bf16_autocast_decodes_like_the_eager_model_under_autocast(residual, num
     model = model_for(residual, num_blocks, exact)
     ids = prompt()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        expected = eager_greedy(model, ids, 12)
+        expected, margins = eager_greedy(model, ids, 12, with_margins=True)
     result = FastGenerator(model, compile=False).generate(ids, 12, precision="bf16")
-    assert result.sequences.tolist() == expected.tolist()
+    # Not token equality: bf16 rounding differs between CPUs and near-ties may flip (see NEAR_TIE).
+    assert result.sequences[:, :6].tolist() == ids.tolist()
+    assert assert_greedy_agrees_until_a_near_tie(result.sequences, expected, margins, 6) >= 1
 
 
 @pytest.mark.compile
@@ -96,8 +129,11 @@ def test_the_compiled_step_is_one_graph_and_decodes_like_the_eager_model_for_eve
         assert again.sequences.tolist() == eager_greedy(model, prompt(seed=2), 12).tolist(), residual
         assert counter.frame_count == 1  # one graph, captured once for both generations
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        expected = eager_greedy(model, ids, 12)
-    assert generator.generate(ids, 12, precision="bf16").sequences.tolist() == expected.tolist()
+        expected, margins = eager_greedy(model, ids, 12, with_margins=True)
+    # bf16: equal up to a near-tie of the eager model's logits, not exactly (see NEAR_TIE).
+    sequences = generator.generate(ids, 12, precision="bf16").sequences
+    assert sequences[:, :6].tolist() == ids.tolist()
+    assert assert_greedy_agrees_until_a_near_tie(sequences, expected, margins, 6) >= 1
 
 
 @pytest.mark.compile

@@ -56,14 +56,54 @@ def run(model, ids, autocast=False):
 
 
 def assert_same(got, expected, rtol, atol):
+    """Elementwise closeness; atol is relative to each tensor's largest |value| when that exceeds 1: a
+    gradient entry summed from terms as large as the tensor's largest ones carries their rounding error
+    (an embedding gradient entry of 0.09 out of terms up to 3.2 differed by 1.2e-5 in fp32 between the
+    lean and the reference path on an AMX CPU, where the reference's own error against float64 is 2.1e-5)."""
     (out, grads), (ref_out, ref_grads) = got, expected
-    torch.testing.assert_close(out.logits, ref_out.logits, rtol=rtol, atol=atol)
+
+    def close(actual, wanted, msg=None):
+        scale = max(1.0, wanted.detach().abs().max().item()) if wanted.numel() else 1.0
+        torch.testing.assert_close(actual, wanted, rtol=rtol, atol=atol * scale, msg=msg)
+
+    close(out.logits, ref_out.logits)
     assert len(out.routing) == len(ref_out.routing)
     for weights, ref_weights in zip(out.routing, ref_out.routing):
-        torch.testing.assert_close(weights, ref_weights, rtol=rtol, atol=atol)
+        close(weights, ref_weights)
     assert grads.keys() == ref_grads.keys()
     for name in grads:
-        torch.testing.assert_close(grads[name], ref_grads[name], rtol=rtol, atol=atol, msg=name)
+        close(grads[name], ref_grads[name], msg=name)
+
+
+def tensors(result):
+    """A run's logits, routing weights and gradients by name."""
+    out, grads = result
+    return {"logits": out.logits, **{f"routing[{i}]": w for i, w in enumerate(out.routing)}, **grads}
+
+
+# bf16 autocast: two valid computations that order and round the sub-layers' matmuls differently differ
+# by more than any fixed elementwise tolerance on some CPUs (native AVX-512 BF16/AMX ones round otherwise
+# than AVX2 ones). So each path is judged against the fp32 result of the same weights: per tensor, the
+# fast path's bf16 error (L2 norm) may be at most BF16_ERROR_FACTOR x the reference path's own bf16
+# error, plus a floor of one bf16 rounding (2^-9) of the tensor's norm for tensors both compute almost
+# exactly. Measured on an AMX CPU: the ratio is at most 1.31 over every variant and chunk size.
+BF16_ERROR_FACTOR = 2.0
+BF16_UNIT_ROUNDOFF = 2.0 ** -9
+
+
+def assert_as_accurate_under_bf16(fast, reference, fp32):
+    """fast and reference: runs under bf16 autocast; fp32: the fp32 reference run of the same weights."""
+    got, ref, truth = tensors(fast), tensors(reference), tensors(fp32)
+    assert got.keys() == ref.keys() == truth.keys()
+    worse = {}
+    for name, value in truth.items():
+        value = value.detach().double()
+        error = torch.linalg.vector_norm(got[name].detach().double() - value).item()
+        ref_error = torch.linalg.vector_norm(ref[name].detach().double() - value).item()
+        bound = BF16_ERROR_FACTOR * ref_error + BF16_UNIT_ROUNDOFF * torch.linalg.vector_norm(value).item()
+        if not error <= bound:
+            worse[name] = f"error {error:.3g} > {bound:.3g} (reference's own error {ref_error:.3g})"
+    assert not worse, worse
 
 
 IDS_IN = torch.randint(0, 64, (2, 11), generator=torch.Generator().manual_seed(1))
@@ -80,9 +120,10 @@ def test_fast_equals_reference_float64(residual, num_blocks, exact, impl):
 @pytest.mark.parametrize("residual, num_blocks, exact", VARIANTS, ids=IDS)
 def test_fast_equals_reference_fp32_and_bf16_autocast(residual, num_blocks, exact, impl):
     reference, fast = pair(residual, num_blocks, exact, impl)
-    assert_same(run(fast, IDS_IN), run(reference, IDS_IN), rtol=1e-5, atol=FP32_ATOL[impl])
-    # bf16: both paths round the sub-layers' matmuls the same way; routing statistics stay fp32.
-    assert_same(run(fast, IDS_IN, autocast=True), run(reference, IDS_IN, autocast=True), rtol=2e-2, atol=2e-2)
+    fp32 = run(reference, IDS_IN)
+    assert_same(run(fast, IDS_IN), fp32, rtol=1e-5, atol=FP32_ATOL[impl])
+    # bf16: as accurate as the reference path against fp32, not elementwise equal to it (see above).
+    assert_as_accurate_under_bf16(run(fast, IDS_IN, autocast=True), run(reference, IDS_IN, autocast=True), fp32)
 
 
 @pytest.mark.parametrize("impl", FAST_CPU_IMPLS)
