@@ -78,7 +78,8 @@ def _scaling(args: argparse.Namespace) -> int:
         return 0
     shard = _parse_shard(args.shard, "scaling")
     results = run_sweep(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv), device=args.device,
-                        shard=shard, launcher=args.launcher, replicates=args.replicates)
+                        shard=shard, launcher=args.launcher, replicates=args.replicates,
+                        cost_repeats=args.cost_repeats)
     if results is None:
         print(f"shard {args.shard} done; run without --shard to write the report into {out}")
     else:
@@ -264,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
                               "\"torchrun --nproc-per-node 8\" (default: in this process)")
     scaling.add_argument("--replicates", type=int, default=1000,
                          help="bootstrap replicates of the fit's intervals (default: %(default)s)")
+    scaling.add_argument("--cost-repeats", type=int, default=11,
+                         help="rounds of the step-time measurement at the largest size, every variant interleaved in "
+                              "this process (5 or more); 0 skips it, e.g. when that model does not fit one device "
+                              "(default: %(default)s)")
     scaling.add_argument("--device", default="cpu", help=DEVICE_HELP)
     scaling.set_defaults(handler=_scaling)
 

@@ -234,3 +234,24 @@ def test_a_law_without_residuals_is_said_to_have_no_interval_and_the_power_law_q
     assert (f"is {power['value']:.2f}× (95% interval {power['low']:.2f}× to {power['high']:.2f}×) under the power "
             "law (the saturating fit gives") in conclusion
     assert conclusion.count("95% interval") == 1  # the power law's; no zero-width saturating interval
+
+
+def test_the_advantage_in_wall_clock_time_is_the_flops_advantage_times_relative_speed(tmp_path):
+    results = make_results(replicates=20)
+    largest = size_name(5)
+    # standard's step 0.10 s every round; Block's 0.12 s: 1.2x the time for its 1.02x the FLOPs
+    samples = {"standard": [0.10] * 7, BLOCK: [0.12] * 7}
+    results["cost_size"] = largest
+    results["cost"] = {"settings": {"repeats": 7, "warmup": 1, "noise_threshold": 0.25, "seed": 0, "batch_size": 8,
+                                    "seq_len": 128, "precision": "fp32", "routing_impl": "auto", "routing": "lean",
+                                    "device": "cpu"},
+                       "variants": {name: {"train_step_s": {"median_s": xs[0], "samples_s": xs}, "memory": {}}
+                                    for name, xs in samples.items()}}
+    write_scaling_report(results, tmp_path)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    at = saved["fit"]["advantage"]["saturating"][BLOCK]["at_max"]
+    speed = 1.02 / 1.2  # Block's FLOPs per second relative to standard's
+    md = (tmp_path / "report.md").read_text()
+    cells = row(section(md, "Measured step time and the advantage in wall-clock time"), BLOCK)
+    assert cells[1].startswith("1.20× [1.20, 1.20]") and cells[2] == "1.020×" and cells[3] == f"{speed:.2f}×"
+    assert cells[5] == f"{at['value'] * speed:.2f}× ({at['low'] * speed:.2f}× to {at['high'] * speed:.2f}×)"

@@ -67,6 +67,11 @@ def test_tiny_preset_runs_end_to_end_and_writes_every_report_file(tmp_path, monk
             assert metrics[-1]["step"] * 4 * 32 == run["tokens"]
     assert set(results["fit"]["laws"]) == {"saturating", "power"}
     assert len(preset.sizes) == 5
+    # the step time of every variant at the largest size, measured interleaved after training
+    assert results["cost_size"] == "d48-l4"
+    assert list(results["cost"]["variants"]) == ["standard", "block_attnres (N=4)"]
+    assert len(results["cost"]["variants"]["standard"]["train_step_s"]["samples_s"]) == 11
+    assert "## Measured step time and the advantage in wall-clock time" in (out / "report.md").read_text()
 
     # a second call trains nothing and writes the same fit
     trained.clear()
@@ -90,8 +95,8 @@ def test_shards_split_the_runs_and_a_last_call_reports(tmp_path, monkeypatch):
     assert not (out / "results.json").exists()  # shards write no report
     trained.clear()
     lines = []
-    results = run_sweep(preset, out, replicates=20, log=lines.append)
-    assert trained == []
+    results = run_sweep(preset, out, replicates=20, cost_repeats=0, log=lines.append)
+    assert trained == [] and "cost" not in results
     assert lines[0] == "scaling: 4 run(s), 4 finished earlier; 0 step(s) to train"
     assert sum(len(v["runs"]) for v in results["variants"]) == 4
     # two sizes cannot pin a three-parameter law: refused, never invented
@@ -106,7 +111,7 @@ def test_launcher_trains_through_attnres_train_in_a_child_process(tmp_path, monk
     out = tmp_path / "sweep"
     monkeypatch.setattr(sweep, "train", lambda *a, **k: pytest.fail("trained in this process"))
     results = run_sweep(load_preset(str(path)), out, launcher=shlex.quote(sys.executable), replicates=20,
-                        log=lambda *_: None)
+                        cost_repeats=0, log=lambda *_: None)
     runs = results["variants"][0]["runs"]
     assert len(runs) == 2
     for run in runs:
@@ -150,7 +155,15 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(sweep, "train", stop_after_half)
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(preset, out, replicates=20, log=lambda *_: None)
-    results = run_sweep(preset, out, replicates=20, log=lambda *_: None)
+        run_sweep(preset, out, replicates=20, cost_repeats=0, log=lambda *_: None)
+    results = run_sweep(preset, out, replicates=20, cost_repeats=0, log=lambda *_: None)
     assert calls == [False, True, False]  # the interrupted run resumed, the other started fresh
     assert len(results["variants"][0]["runs"]) == 2
+
+
+def test_bad_cost_repeats_fail_before_any_training(tmp_path, monkeypatch):
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(TWO_SIZES))
+    monkeypatch.setattr(sweep, "train", lambda *a, **k: pytest.fail("trained before the check"))
+    with pytest.raises(ValueError, match=r"--cost-repeats\) must be 0 .* or an integer >= 5, got 3"):
+        run_sweep(load_preset(str(path)), tmp_path / "sweep", cost_repeats=3, log=lambda *_: None)

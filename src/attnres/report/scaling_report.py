@@ -16,7 +16,7 @@ import statistics
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
-from attnres.report.compare_summary import BASELINE
+from attnres.report.compare_summary import BASELINE, cost_summary
 from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
 
 LAWS = ("saturating", "power")  # attnres.scaling.fit.LAWS, which this layer cannot import
@@ -523,6 +523,57 @@ def _size_blocks(results: dict, tables: dict, baseline: str) -> list[tuple]:
     return blocks
 
 
+COST_HEADER = ["variant", "training step × standard [interval]", "FLOPs × standard", "FLOPs per second × standard",
+               "compute advantage at C_max (saturating)", "in wall-clock time"]
+
+
+def wall_clock_rows(results: dict) -> list[list[str]]:
+    """Per variant at the largest size: the measured step-time ratio with its interval, the FLOPs ratio,
+    and the compute advantage at C_max turned into time: advantage x FLOPs ratio / step-time ratio
+    (the variant does its FLOPs at FLOPs ratio / step-time ratio of standard's speed); its interval is
+    the advantage's, scaled by the same factor (the step ratio's own interval is in its column)."""
+    cost, fit = results["cost"], results["fit"]
+    size = results["cost_size"]
+    flops = {v["name"]: statistics.fmean(r["flops"] for r in v["runs"] if r["size"] == size) for v in results["variants"]}
+    base = flops[fit["baseline"]]
+    rows = []
+    for name in cost["variants"]:
+        if name == fit["baseline"]:
+            continue
+        timing = cost_summary(cost, name, fit["baseline"])
+        step, flops_ratio = timing["step_time_ratio"], flops[name] / base
+        speed = flops_ratio / step
+        entry = fit["advantage"]["saturating"].get(name) or {}
+        at = entry.get("at_max") if entry.get("error") is None else None
+        advantage = "-" if not at else advantage_text(entry, _confidence(fit))
+        in_time = "-"
+        if at and at["value"] is not None:
+            in_time = times(at["value"] * speed)
+            if entry["replicates"] and at["low"] is not None and at["high"] is not None:
+                in_time += f" ({times(at['low'] * speed)} to {times(at['high'] * speed)})"
+        rows.append([name, f"{step:.2f}× [{timing['step_time_low']:.2f}, {timing['step_time_high']:.2f}]",
+                     f"{flops_ratio:.3f}×", f"{speed:.2f}×", advantage, in_time])
+    return rows
+
+
+def _cost_blocks(results: dict) -> list[tuple]:
+    if not results.get("cost"):
+        return []
+    cost = results["cost"]
+    settings = cost["settings"]
+    coverage = cost_summary(cost, next(iter(cost["variants"])), results["fit"]["baseline"])["step_time_coverage"]
+    text = (f"The fit charges FLOPs; time is another matter. Measured after training, in this process: a fresh "
+            f"model of every variant at the largest size ({results['cost_size']}), one training step each per round, "
+            f"interleaved, {settings['repeats']} rounds after {settings['warmup']} warm-up, batch "
+            f"{settings['batch_size']} x {settings['seq_len']}, {settings['precision']}, routing "
+            f"{settings['routing']}: the median over rounds of the step time over standard's in the same round, with "
+            f"its distribution-free interval ({fmt(coverage, '.0%')} coverage). The compute advantage in wall-clock time is the advantage at C_max times "
+            f"the variant's FLOPs per second relative to standard's (FLOPs ratio / step-time ratio): below the FLOPs "
+            f"advantage where routing runs slower than its FLOPs suggest.")
+    return [("h2", "Measured step time and the advantage in wall-clock time"), ("p", text),
+            ("table", COST_HEADER, wall_clock_rows(results), True)]
+
+
 def _machine_blocks(results: dict) -> list[tuple]:
     machine = results.get("machine") or {}
     text = ", ".join(f"{k} {v}" for k, v in machine.items()) if isinstance(machine, dict) else str(machine)
@@ -557,8 +608,9 @@ def document(results: dict, tables: dict, figures: list[tuple[str, str, str]]) -
                      f"the lowest and highest fitted value over the sweep's compute, {_flops(c_min)} to "
                      f"{_flops(c_max)} FLOPs. {FLOOR.capitalize()} means the variant's fitted loss is below "
                      "standard's fitted floor E, which standard never reaches."),
-               ("table", ADVANTAGE_HEADER, advantage_rows, True),
-               ("h2", "Final losses"),
+               ("table", ADVANTAGE_HEADER, advantage_rows, True)]
+    blocks += _cost_blocks(results)
+    blocks += [("h2", "Final losses"),
                ("p", "Final validation loss (nats/token) per variant and size: mean over seeds ± their sample "
                      "standard deviation where a size has several."),
                ("table", ["variant", *sizes], [[name, *(loss_cell(by_size.get(s)) for s in sizes)]

@@ -25,6 +25,7 @@ import yaml
 from attnres.checkpoint import checkpoint_dirs
 from attnres.common.atomic import write_atomic
 from attnres.common.machine import machine_info
+from attnres.compare.cost import MIN_REPEATS, CostSettings, measure_costs
 from attnres.compare.progress import CompareProgress
 from attnres.compare.run import finished_record
 from attnres.data import prepare_data
@@ -40,12 +41,17 @@ RECORD_FILE = "scaling_record.json"  # in each run's folder: its settings and re
 
 def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, command: str = "",
               device: str = "cpu", shard: tuple[int, int] = (0, 1), launcher: str | None = None,
-              replicates: int = 1000, log=print, progress: bool | None = None) -> dict | None:
+              replicates: int = 1000, cost_repeats: int = 11, log=print, progress: bool | None = None) -> dict | None:
     """Train (or reuse) every run of the sweep into out_dir/runs/<size>/<variant>/seed<k>/, then fit and
     write the report (results.json, report.md, index.html, figures/); returns the results dict, or
     None for a shard (shard=(i, n) with n > 1 trains its share and writes nothing else).
     launcher: a command prefix that runs `-m attnres train` (e.g. "torchrun --nproc-per-node 8");
-    None trains in this process. replicates: bootstrap replicates of the fit."""
+    None trains in this process. replicates: bootstrap replicates of the fit. cost_repeats: rounds of the
+    step-time measurement at the largest size (`attnres.compare.cost.measure_costs`, every variant
+    interleaved in this process, on `device`), 0 to skip it (a model too large for one device)."""
+    if not (isinstance(cost_repeats, int) and (cost_repeats == 0 or cost_repeats >= MIN_REPEATS)):
+        raise ValueError(f"cost_repeats (--cost-repeats) must be 0 (no step-time measurement) or an integer >= "
+                         f"{MIN_REPEATS}, got {cost_repeats!r}")  # checked before hours of training, not after
     out_dir = Path(out_dir)
     planned = plan_sweep(preset, out_dir, seeds, shard)
     records = {id(p): finished_record(p.run, RECORD_FILE) for p in planned}
@@ -63,6 +69,9 @@ def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, co
         from attnres.report.scaling_report import write_scaling_report  # only here: a shard never reports
 
         results = sweep_results(preset, planned, [records[id(p)] for p in planned], command, device, replicates)
+        if cost_repeats:
+            display.phase("measuring the step time at the largest size (every variant interleaved)")
+            results["cost_size"], results["cost"] = measure_largest(planned, cost_repeats, device, display.phase)
         write_scaling_report(results, out_dir)
         return results
     finally:
@@ -103,6 +112,14 @@ def sweep_results(preset: ScalingPreset, planned: list[PlannedRun], records: lis
         "variants": variants,
         "fit": summarize_sweep(variants, replicates=replicates),
     }
+
+
+def measure_largest(planned: list[PlannedRun], repeats: int, device: str, log) -> tuple[str, dict]:
+    """(size name, `measure_costs` result) for seed 0's runs of the largest size, one per variant."""
+    largest = max(planned, key=lambda p: p.flops).size
+    runs = {p.name: p.run for p in planned if p.size == largest and p.seed == 0}
+    vocab = prepare_data(next(iter(runs.values())).data).tokenizer.vocab_size  # the token cache's: reads no text
+    return largest, measure_costs(runs, vocab, CostSettings(repeats=repeats, warmup=2), device, log=log)
 
 
 def _train_run(p: PlannedRun, device: str, launcher: str | None, display: CompareProgress) -> dict:
