@@ -534,7 +534,7 @@ def wall_clock_rows(results: dict) -> list[list[str]]:
     the advantage's, scaled by the same factor (the step ratio's own interval is in its column)."""
     cost, fit = results["cost"], results["fit"]
     size = results["cost_size"]
-    flops = {v["name"]: statistics.fmean(r["flops"] for r in v["runs"] if r["size"] == size) for v in results["variants"]}
+    flops = {name: by_size[size] for name, by_size in flops_by_size(results["variants"]).items()}
     base = flops[fit["baseline"]]
     rows = []
     for name in cost["variants"]:

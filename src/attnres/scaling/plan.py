@@ -10,8 +10,8 @@ from pathlib import Path
 
 from attnres.compare.presets import variant_run, variant_slug
 from attnres.data import DataConfig
-from attnres.model.config import variant_name
 from attnres.model import ModelConfig
+from attnres.model.config import variant_name
 from attnres.model.flops import FlopsPerToken, ParameterCount, flops_per_token, parameter_count
 from attnres.scaling.preset import ScalingPreset, ScalingPresetError, size_name, size_run, size_seeds
 from attnres.train.run_config import RunConfig
@@ -21,12 +21,11 @@ BPE = "bpe"
 
 @dataclass
 class PlannedRun:
-    """One run of the sweep: its size (name and entry), variant, seed, settings, parameter counts of
+    """One run of the sweep: its size's name, variant, seed, settings, parameter counts of
     its model, tokens, training FLOPs (its own variant's, routing included), and whether this shard
     trains it."""
 
     size: str
-    size_entry: dict
     variant: dict
     seed: int
     run: RunConfig
@@ -78,7 +77,7 @@ def plan_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None,
                 run = variant_run(base, variant, seed, str(folder))
                 count, per_token = _counts(run.build_model_config(vocab), run.train.seq_len, counts)
                 tokens = run.train.steps * run.train.tokens_per_step
-                planned.append(PlannedRun(name, size, variant, seed, run, count.non_embedding, count.total, tokens,
+                planned.append(PlannedRun(name, variant, seed, run, count.non_embedding, count.total, tokens,
                                           float(per_token.training * tokens)))
     assign_shards(planned, shard)
     return planned

@@ -18,7 +18,7 @@ from attnres.common.checks import check_int, check_positive_number, is_number
 from attnres.common.config_files import bundled_presets, prefixed_overrides, read_preset
 from attnres.compare.presets import variant_run
 from attnres.model.config import variant_name
-from attnres.train.run_config import RunConfigError, apply_overrides
+from attnres.train.run_config import RunConfigError, apply_overrides, yaml_number
 
 PRESET_KEYS = ("description", "seeds", "variants", "sizes", "rules", "gpu", "run")
 SIZE_SHAPE_KEYS = ("num_heads", "num_kv_heads", "head_dim", "intermediate_size", "tie_embeddings")
@@ -214,12 +214,5 @@ def _dataclass(kind, values: dict, section: str):
     unknown = sorted(set(values) - allowed)
     if unknown:
         raise ScalingPresetError(f"unknown {section} key(s) {unknown}; allowed: {sorted(allowed)}")
-    return kind(**{key: _float_text(value) for key, value in values.items()})
+    return kind(**{key: yaml_number(value) for key, value in values.items()})
 
-
-def _float_text(value):
-    """YAML 1.1 reads `1e-3` as text; a number is what anyone writing it means."""
-    try:
-        return float(value) if isinstance(value, str) and "e" in value.lower() else value
-    except ValueError:
-        return value

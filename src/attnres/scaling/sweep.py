@@ -15,7 +15,6 @@ import json
 import shlex
 import statistics
 import subprocess
-import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -161,7 +160,3 @@ def run_record(p: PlannedRun) -> dict:
             "stability": run_totals(metrics),
             "step_time_s": statistics.median(times) if times else None, "run_dir": str(p.run.out_dir)}
 
-
-def python_launcher() -> str:
-    """The launcher that runs `-m attnres train` with this interpreter in a child process (tests)."""
-    return shlex.quote(sys.executable)

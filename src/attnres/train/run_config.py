@@ -69,7 +69,7 @@ class RunConfig:
             raise RunConfigError("the config needs a 'model' section (ModelConfig fields) or init_from")
         data = _section(values, "data", DataConfig)
         train = _section(values, "train", TrainConfig)
-        model = {key: _number(value) for key, value in dict(values.get("model") or {}).items()}
+        model = {key: yaml_number(value) for key, value in dict(values.get("model") or {}).items()}
         if init_from is not None:
             model = {**pretrained_model_fields(init_from), **model}
         return cls(model=model, data=data, train=train, out_dir=str(values.get("out_dir", "runs/default")),
@@ -110,10 +110,10 @@ def _section(values: dict, name: str, kind):
     unknown = sorted(set(section) - allowed)
     if unknown:
         raise RunConfigError(f"unknown {name} key(s) {unknown}; allowed: {sorted(allowed)}")
-    return kind(**{key: _number(value) for key, value in section.items()})
+    return kind(**{key: yaml_number(value) for key, value in section.items()})
 
 
-def _number(value):
+def yaml_number(value):
     """`1e-3` as a float (PyYAML leaves exponents without a dot as strings)."""
     return float(value) if isinstance(value, str) and _FLOAT.match(value) else value
 
