@@ -30,9 +30,15 @@ TWO_SIZES = {
 }
 
 
+@pytest.fixture(scope="module")
+def data_cache(tmp_path_factory):
+    """One data cache for the module: the demo corpus (two Debian packages) fetched once, not per test."""
+    return tmp_path_factory.mktemp("cache")
+
+
 @pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("ATTNRES_CACHE", str(tmp_path / "cache"))
+def cache(data_cache, monkeypatch):
+    monkeypatch.setenv("ATTNRES_CACHE", str(data_cache))
 
 
 def count_training(monkeypatch) -> list[str]:
