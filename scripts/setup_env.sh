@@ -15,7 +15,8 @@ WANT="$(cat "$ROOT/requirements/test.txt" "$ROOT/pyproject.toml" | sha256sum | c
 _setup_say() { echo "attnres setup: $*" >&2; }
 
 # _setup_stage LABEL COMMAND...: run COMMAND, saying when it starts, every 20 s while it runs (with
-# the last line it printed), and how long it took; its full output is shown only if it fails.
+# the last line it printed), and how long it took; its full output is shown only if it fails, then
+# $SETUP_HINT if set (what else to do).
 _setup_stage() {
     local label="$1" start=$SECONDS log status=0 ticker
     shift
@@ -35,6 +36,7 @@ _setup_stage() {
         cat "$log" >&2
         rm -f "$log"
         _setup_say "FAILED: $label (exit $status); its output is above"
+        if [ -n "${SETUP_HINT:-}" ]; then _setup_say "$SETUP_HINT"; fi
         return "$status"
     fi
     rm -f "$log"
@@ -56,23 +58,47 @@ if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]; then
     INSTALLED=1
 fi
 # The fused CPU routing extension (src/attnres/routing/csrc), compiled for this machine with g++ and
-# ninja into ~/.cache/attnres/extensions (attnres/routing/fused_cpu.py says why and how). Built again
-# when its source or the environment changed, or when the built file is gone; its stamp holds a hash
-# of what it was built from and the library's path. ATTNRES_BUILD_FUSED_CPU=0 skips it: routing_impl
-# "auto" then uses the lean PyTorch ops on CPU. A failed build fails the set-up, with the compiler's output.
+# ninja into ~/.cache/attnres/extensions (attnres/routing/fused_cpu.py says why and how). It is
+# optional: routing_impl "auto" uses the lean PyTorch ops on CPU without it. Built again when its
+# source or the environment changed, or when the built file is gone; its stamp holds a hash of what
+# it was built from and the library's path (or "no compiler"). ATTNRES_BUILD_FUSED_CPU=0 skips it.
+# Without a C++ compiler (the one torch.utils.cpp_extension would call: $CXX's first word, else c++,
+# looked up on PATH, as attnres.routing.fused_cpu.find_compiler does) the set-up says so once and
+# goes on; with one, a failed build fails the set-up, with the compiler's output.
+_setup_find_cxx() {
+    local cxx=""
+    read -r cxx _ <<<"${CXX-c++}" || true
+    [ -n "$cxx" ] && type -P "$cxx"
+}
 EXT_STAMP="$VENV/.attnres-fused-cpu"
 EXT_WANT="$(cat "$ROOT/src/attnres/routing/csrc/"*.cpp "$ROOT/src/attnres/routing/fused_cpu.py" "$STAMP" \
     | sha256sum | cut -d' ' -f1)"
-if [ "${ATTNRES_BUILD_FUSED_CPU:-1}" != 0 ] && { [ "$(head -n 1 "$EXT_STAMP" 2>/dev/null)" != "$EXT_WANT" ] \
-        || [ ! -f "$(sed -n 2p "$EXT_STAMP" 2>/dev/null)" ]; }; then
-    rm -f "$EXT_STAMP.path"
-    _setup_stage "building the fused CPU routing extension (about 20 s)" \
-        "$VENV/bin/python" -m attnres.routing.fused_cpu_build --path-file "$EXT_STAMP.path"
-    if [ -f "$EXT_STAMP.path" ]; then
-        { echo "$EXT_WANT"; cat "$EXT_STAMP.path"; } > "$EXT_STAMP"
+EXT_HAD="$(head -n 1 "$EXT_STAMP" 2>/dev/null || true)"
+EXT_BUILT="$(sed -n 2p "$EXT_STAMP" 2>/dev/null || true)"
+if [ "${ATTNRES_BUILD_FUSED_CPU:-1}" != 0 ] && { [ "$EXT_HAD" != "$EXT_WANT" ] || [ ! -f "$EXT_BUILT" ]; }; then
+    if ! _setup_find_cxx >/dev/null; then
+        # Said once: the stamp remembers it, until the source changes or a compiler turns up.
+        if [ "$EXT_HAD" != "$EXT_WANT" ] || [ "$EXT_BUILT" != "no compiler" ]; then
+            if [ -n "${CXX+set}" ]; then _setup_why="CXX=$CXX is not on PATH"; else
+                _setup_why="CXX is unset and c++ is not on PATH"; fi
+            _setup_say "fused CPU routing kernel off: no C++ compiler found ($_setup_why); routing_impl" \
+                "'auto' uses the lean PyTorch ops instead. To turn it on, install g++ (Debian/Ubuntu:" \
+                "apt-get install g++) and run this set-up again (or: python -m attnres.routing.fused_cpu_build)"
+            printf '%s\nno compiler\n' "$EXT_WANT" > "$EXT_STAMP"
+            INSTALLED=1
+        fi
+    else
         rm -f "$EXT_STAMP.path"
+        SETUP_HINT="to set up without the fused CPU kernel (routing_impl 'auto' then uses the lean PyTorch ops), \
+run again with ATTNRES_BUILD_FUSED_CPU=0" \
+            _setup_stage "building the fused CPU routing extension (about 20 s)" \
+            "$VENV/bin/python" -m attnres.routing.fused_cpu_build --path-file "$EXT_STAMP.path"
+        if [ -f "$EXT_STAMP.path" ]; then
+            { echo "$EXT_WANT"; cat "$EXT_STAMP.path"; } > "$EXT_STAMP"
+            rm -f "$EXT_STAMP.path"
+        fi
+        INSTALLED=1
     fi
-    INSTALLED=1
 fi
 if [ "$INSTALLED" = 1 ]; then
     _setup_say "ready: $VENV/bin/attnres, $VENV/bin/python (or: source $VENV/bin/activate)"

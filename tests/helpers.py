@@ -1,6 +1,15 @@
 """Helpers shared by tests in several packages."""
 
+import pytest
 import torch
+
+from attnres.routing import fused_cpu
+
+# Tests of the fused CPU routing kernel (routing_impl "fused") run where it is built or can be built
+# (a C++ compiler is there: a failed build then fails them); elsewhere they are skipped, saying why.
+_FUSED_CPU_MISSING = fused_cpu.unavailable_reason()
+needs_fused_cpu = pytest.mark.skipif(_FUSED_CPU_MISSING is not None,
+                                     reason=f"the fused CPU routing kernel is not built: {_FUSED_CPU_MISSING}")
 
 
 def activate_routing(routers, gate: float = 0.5) -> None:

@@ -16,7 +16,7 @@ from attnres import AttnResLM, ModelConfig
 from attnres.model import KVCache, StaticKVCache
 from attnres.model.generation import FastGenerator, Sampling, choose_next
 from attnres.residual import VARIANTS
-from tests.helpers import activate_routing
+from tests.helpers import activate_routing, needs_fused_cpu
 
 CASES = [(name, 3 if variant.uses_blocks else None, exact)
          for name, variant in VARIANTS.items() for exact in (None, *variant.exact_conversions)]
@@ -168,7 +168,7 @@ def graph_ops(model, ids):
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize("impl", ["lean", "fused"])
+@pytest.mark.parametrize("impl", ["lean", pytest.param("fused", marks=needs_fused_cpu)])
 @pytest.mark.parametrize("residual, num_blocks", [("full_attnres", None), ("delta_attnres", None),
                                                   ("block_attnres", 3)])
 def test_the_compiled_step_routes_without_python_custom_ops(residual, num_blocks, impl):

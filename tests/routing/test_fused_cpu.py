@@ -1,7 +1,9 @@
 """The fused CPU routing ops: lean.route_sources's function and gradients, and two-phase routing's
 merge (two_phase._merge_forward / _merge_backward), each one C++ pass, only references saved.
 
-The extension is built on first use if scripts/setup_env.sh has not built it (about 20 s here).
+The extension is built on first use if scripts/setup_env.sh has not built it (about 20 s here);
+without it and without a C++ compiler to build it, these tests are skipped
+(tests/routing/test_fused_cpu_unavailable.py covers that case).
 """
 
 import itertools
@@ -15,6 +17,9 @@ from attnres.routing.fused_cpu import extension_path, fused_available, merge_sou
 from attnres.routing.lean import _inv_rms_backward
 from attnres.routing.two_phase import _merge_backward, _merge_forward
 from attnres.routing.two_phase import _MergeSources as _PythonMerge
+from tests.helpers import needs_fused_cpu
+
+pytestmark = needs_fused_cpu
 
 EPS = 1e-6
 

@@ -7,6 +7,7 @@ import torch
 
 from attnres.routing import RoutedPrefix, inv_rms, merge_remaining, merge_sources, route_group, route_reference
 from attnres.routing import two_phase as two_phase_module
+from tests.helpers import needs_fused_cpu
 from tests.routing.test_lean import EPS, inputs
 
 
@@ -120,6 +121,7 @@ def test_merging_nothing_is_refused():
         merge_sources(prefix, [], [])
 
 
+@needs_fused_cpu
 @pytest.mark.parametrize("cached", ["all", "prefix only"])
 @pytest.mark.parametrize("first, later", [(1, 1), (2, 3)])
 def test_fused_merge_equals_the_python_merge(first, later, cached, monkeypatch):

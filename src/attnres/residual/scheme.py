@@ -148,6 +148,9 @@ class ResidualScheme(nn.Module):
         # x_s, the standard residual stream: the stream of modes "none" and "add", and in "replace"
         # what an input-dependent query reads (mixers with needs_stream).
         self.keeps_stream = mode != "replace" or any(m.needs_stream for m in self.routers)
+        # Whether a fast routing path (routing_impl) routes here: static-query mixers of modes "add"
+        # and "replace"; resolving "auto" says nothing of the fused CPU kernel otherwise.
+        self.routes_fast = mode in ("add", "replace") and any(m.static_query for m in self.routers)
         per_sublayer = isinstance(policy, SourcePolicy) and policy.block_size == 1
         check_chunk_size(chunk_size, num_mixers, per_sublayer)
         self.chunk_size = chunk_size or (auto_chunk_size(num_mixers) if per_sublayer else 1)
@@ -176,7 +179,7 @@ class ResidualScheme(nn.Module):
             raise ValueError(f"mode 'streams' resumes from the streams (B, T, n, D), got shape {tuple(stream.shape)}")
         return StreamState(stream=stream, sources=sources, partial=partial,
                            routing=[] if record_routing and self.mode != "none" else None,
-                           impl=resolve_impl(self.impl, device))
+                           impl=resolve_impl(self.impl, device, quiet=not self.routes_fast))
 
     def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
         """h_s (B, T, D): what sub-layer s normalises and transforms."""

@@ -28,6 +28,9 @@ torch.compile. routing_impl "auto" picks "fused" on CPU only when the binary is 
 starts a build. Asking for "fused" explicitly builds it on first use (one line on stderr says so),
 and a failed build raises with the compiler's output. -march=native: the binary uses the build
 machine's vector instructions and is only loaded on a CPU with the same flags (the key includes them).
+The kernel is optional: without a C++ compiler (`find_compiler`, the one torch.utils.cpp_extension
+would call) nothing is built, "auto" routes with the lean ops, and an explicit "fused" is refused
+with one line naming what to install (`unavailable_reason`, `how_to_build`).
 
 `inv=None` with `eps`: the kernel computes each source's inverse RMS itself, in the pass that
 reads the rows anyway, and backward folds its gradient into d sources. A caller without cached
@@ -55,6 +58,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import shutil
 import sys
 import threading
 import warnings
@@ -65,7 +69,8 @@ from torch import Tensor
 
 from attnres.routing.lean import compute_dtype
 
-__all__ = ["build_extension", "extension_path", "fused_available", "merge_sources_fused", "route_sources_fused"]
+__all__ = ["build_extension", "extension_path", "find_compiler", "fused_available", "how_to_build",
+           "merge_sources_fused", "route_sources_fused", "unavailable_reason"]
 
 SOURCE = Path(__file__).with_name("csrc") / "route_cpu.cpp"
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno")  # no errno checks, so the loops vectorise
@@ -137,6 +142,41 @@ def fused_available() -> bool:
     return _state["loaded"]
 
 
+def find_compiler() -> str | None:
+    """The C++ compiler a build would call, as a path, or None when there is none.
+
+    torch.utils.cpp_extension compiles and links with $CXX when it is set (written as is into
+    ninja's rule, so a wrapper such as `ccache g++` works: its first word is the program), else
+    with `c++`; the shell then looks it up on PATH. scripts/setup_env.sh applies the same rule.
+    """
+    words = os.environ.get("CXX", "c++").split()
+    return shutil.which(words[0]) if words else None
+
+
+def _no_compiler() -> str:
+    """Why find_compiler() found nothing, in words."""
+    cxx = os.environ.get("CXX")
+    if cxx is None:
+        return "no C++ compiler found: CXX is unset and c++ is not on PATH"
+    return f"no C++ compiler found: CXX={cxx!r} is not on PATH"
+
+
+def unavailable_reason() -> str | None:
+    """Why the fused kernel cannot run in this process, or None when it can: it is loaded, or a
+    compiler is there to build it (a build may still fail, with the compiler's output)."""
+    if fused_available() or find_compiler() is not None or extension_path().is_file():
+        return None
+    return _no_compiler()
+
+
+def how_to_build() -> str:
+    """What to do to get the fused kernel, in one sentence (for messages)."""
+    command = "`python -m attnres.routing.fused_cpu_build` (in a checkout, scripts/setup_env.sh runs it)"
+    if find_compiler() is None:
+        return f"install a C++ compiler with OpenMP (Debian/Ubuntu: apt-get install g++), then run {command}"
+    return f"run {command}"
+
+
 def _probe() -> None:
     """At import: load the built extension if the cache has it (about 1 ms)."""
     path = extension_path()
@@ -151,14 +191,17 @@ def _probe() -> None:
 def build_extension(verbose: bool = False) -> Path:
     """Compile the extension into the cache unless it is there, load it, and return its path.
 
-    Needs g++ (with OpenMP), ninja and the Python headers. Raises RuntimeError with the compiler's
-    output when the build fails.
+    Needs a C++ compiler with OpenMP (g++; see `find_compiler`), ninja and the Python headers.
+    Raises RuntimeError: one line when there is no compiler, the compiler's output when the build fails.
     """
     path = extension_path()
     with _lock:
         if _state["loaded"]:
             return path
         if not path.is_file():
+            if find_compiler() is None:
+                raise RuntimeError(f"the fused CPU routing kernel is not built and cannot be ({_no_compiler()}); "
+                                   f"{how_to_build()}, or use routing_impl 'auto' or 'lean'")
             from torch.utils import cpp_extension  # imported here: it is slow to import and rarely needed
 
             # A ninja installed in the virtual environment is on PATH only when it is activated.
@@ -173,7 +216,8 @@ def build_extension(verbose: bool = False) -> Path:
             except Exception as err:
                 raise RuntimeError(f"building the fused CPU routing extension failed ({err}). It needs g++, ninja "
                                    "and the Python headers; retry with `python -m attnres.routing.fused_cpu_build "
-                                   "--verbose`, or use routing_impl='lean'") from err
+                                   "--verbose`, or use routing_impl 'auto' or 'lean' (scripts/setup_env.sh skips "
+                                   "the build with ATTNRES_BUILD_FUSED_CPU=0)") from err
             _loaded()  # cpp_extension.load loaded it
         else:
             _load_library(path)
@@ -183,9 +227,10 @@ def build_extension(verbose: bool = False) -> Path:
 def _ops():
     """The extension's ops, building the extension first (once, with a note on stderr) if needed."""
     if not fused_available():
-        print(f"attnres: building the fused CPU routing extension into {extension_path().parent} (once; about "
-              "a minute). scripts/setup_env.sh does this at install time.", file=sys.stderr, flush=True)
-        build_extension()
+        if not extension_path().is_file() and find_compiler() is not None:
+            print(f"attnres: building the fused CPU routing extension into {extension_path().parent} (once; about "
+                  "a minute). scripts/setup_env.sh does this at install time.", file=sys.stderr, flush=True)
+        build_extension()  # loads a built one; without a compiler, raises a one-line error
     return getattr(torch.ops, _NAMESPACE)
 
 

@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 
-from attnres.routing.fused_cpu import build_extension, fused_available, route_sources_fused
+from attnres.routing.fused_cpu import build_extension, fused_available, how_to_build, route_sources_fused, unavailable_reason
 from attnres.routing.lean import inv_rms, route_sources
 from attnres.routing.triton_route import route_sources_triton, triton_available
 
@@ -18,15 +20,18 @@ from attnres.routing.triton_route import route_sources_triton, triton_available
 IMPLS = ("auto", "reference", "lean", "triton", "fused")
 
 
-def resolve_impl(impl: str, device: torch.device) -> str:
+def resolve_impl(impl: str, device: torch.device, quiet: bool = False) -> str:
     """The implementation `impl` means on `device`.
 
     "auto" -> "triton" on CUDA when Triton is installed (outside torch.compile); "fused" on CPU when
     the fused extension is already built (auto never starts a build), except when compiling without
     gradients (a decode step): there the lean ops' plain PyTorch, which inductor fuses with the
     neighbouring norm, decoded faster than calls of the C++ kernels (docs/generation.md); else
-    "lean". An explicit "fused" builds the extension if needed. Raises ValueError for an unknown
-    name or an unusable "triton" or "fused".
+    "lean". When "auto" takes "lean" on CPU only because the extension is not built, a warning says
+    so once per process, naming how to build it (not under torch.compile, nor with `quiet`: for a
+    caller that will not route with the result). An explicit "fused" builds the extension if needed.
+    Raises ValueError for an unknown name or an unusable "triton" or "fused" (without a compiler:
+    one line naming what to install).
     """
     if impl not in IMPLS:
         raise ValueError(f"routing_impl must be one of {list(IMPLS)}, got {impl!r}")
@@ -35,7 +40,13 @@ def resolve_impl(impl: str, device: torch.device) -> str:
         if device.type == "cuda" and not torch.compiler.is_compiling() and triton_available():
             return "triton"
         compiled_inference = torch.compiler.is_compiling() and not torch.is_grad_enabled()
-        return "fused" if device.type == "cpu" and fused_available() and not compiled_inference else "lean"
+        if device.type != "cpu" or compiled_inference:
+            return "lean"
+        if fused_available():
+            return "fused"
+        if not quiet and not torch.compiler.is_compiling():
+            _note_lean_fallback()
+        return "lean"
     if impl == "triton" and not triton_available():
         raise ValueError("routing_impl='triton' needs the triton package and a CUDA device "
                          "(or TRITON_INTERPRET=1 for CPU tensors); use 'auto' or 'lean'")
@@ -43,11 +54,30 @@ def resolve_impl(impl: str, device: torch.device) -> str:
         if device.type != "cpu":
             raise ValueError(f"routing_impl='fused' is the CPU kernel, not for {device}; use 'auto', 'lean' or 'triton'")
         if not fused_available():
+            reason = unavailable_reason()
+            if reason is not None:  # nothing to build with: one line, not a build's traceback
+                raise ValueError(f"routing_impl='fused' needs the fused CPU routing kernel, which is not built and "
+                                 f"cannot be ({reason}); {how_to_build()}, or use routing_impl 'auto' or 'lean'")
             try:
                 build_extension()
             except RuntimeError as err:
                 raise ValueError(f"routing_impl='fused' is unusable here: {err}") from err
     return impl
+
+
+_noted = {"lean_fallback": False}
+
+
+def _note_lean_fallback() -> None:
+    """Say once per process that "auto" routes with the lean ops on CPU because the kernel is not built."""
+    if _noted["lean_fallback"]:
+        return
+    _noted["lean_fallback"] = True
+    reason = unavailable_reason()
+    warnings.warn(f"attnres: the fused CPU routing kernel is not built{f' ({reason})' if reason else ''}, so "
+                  f"routing_impl 'auto' routes with the lean PyTorch ops on CPU (the same routing, slower). To build "
+                  f"it, {how_to_build()}. routing_impl='lean' asks for the lean ops without this note.",
+                  stacklevel=3)
 
 
 def route_fast(queries: Tensor, sources: list[Tensor], inv: list[Tensor] | None, impl: str,
