@@ -40,11 +40,69 @@ def test_parse_rejects_output_it_does_not_understand():
         demo.parse_bible_output("  1 In the beginning\n")
 
 
-def test_build_failure_is_a_data_error_suggesting_a_local_source(tmp_path, monkeypatch):
-    monkeypatch.setattr(demo.shutil, "which", lambda name: None)
-    with pytest.raises(DataError, match="needs apt-get and dpkg-deb.*local .txt/.jsonl/.parquet path"):
+def hide_debian_tools(monkeypatch, tmp_path, keep=()):
+    """PATH holds only stand-ins for the tools in `keep` (apt-get, dpkg-deb), so the rest are missing."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for tool in keep:
+        (folder / tool).write_text("#!/bin/sh\nexit 1\n")
+        (folder / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder))
+
+
+ALTERNATIVES = ("train on other text instead: set data.source to a local .txt, .jsonl or .parquet file or a folder "
+                "of them (e.g. --set data.source=./corpus.jsonl, one {\"text\": ...} object a line), or to a Hugging "
+                "Face dataset as hf:<name> (e.g. --set data.source=hf:roneneldan/TinyStories "
+                "--set data.max_documents=20000)")
+
+
+def test_without_apt_get_the_demo_corpus_fails_naming_the_other_sources(tmp_path, monkeypatch):
+    hide_debian_tools(monkeypatch, tmp_path)
+    with pytest.raises(DataError) as failed:
+        ensure_demo_corpus(tmp_path / "cache")
+    assert str(failed.value) == (
+        "the demo corpus (data.source 'demo') is built from Debian's packages bible-kjv, bible-kjv-text with "
+        f"apt-get and dpkg-deb (Debian or Ubuntu), and apt-get and dpkg-deb are not on PATH; {ALTERNATIVES}")
+    assert not (tmp_path / "cache" / "demo" / demo.DEMO_FILENAME).exists()
+
+
+def test_the_missing_tool_is_named(tmp_path, monkeypatch):
+    hide_debian_tools(monkeypatch, tmp_path, keep=["apt-get"])
+    with pytest.raises(DataError, match=r"\(Debian or Ubuntu\), and dpkg-deb is not on PATH; train on other text"):
+        ensure_demo_corpus(tmp_path / "cache")
+
+
+def test_every_failure_of_the_build_names_the_other_sources(tmp_path, monkeypatch):
+    monkeypatch.setattr(demo.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(demo.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no such file")))
+    with pytest.raises(DataError, match=r"^demo corpus: refreshing the apt package lists \(apt-get update\) failed "
+                                        r"\(no such file\); train on other text instead: set data.source"):
         ensure_demo_corpus(tmp_path)
-    assert not (tmp_path / "demo" / demo.DEMO_FILENAME).exists()
+
+
+def test_the_sources_the_message_names_are_spelled_as_data_config_reads_them(tmp_path, monkeypatch):
+    from attnres.data.sources import hf_source
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.jsonl").write_text('{"text": "In the beginning"}\n{"text": "was the word"}\n')
+    local = DataConfig(source="./corpus.jsonl")
+    assert [d.text for d in iter_documents(local)] == ["In the beginning", "was the word"]
+    remote = hf_source(DataConfig(source="hf:roneneldan/TinyStories", max_documents=20000))
+    assert (remote.path, remote.data_files) == ("roneneldan/TinyStories", None)  # no download: only resolved
+
+
+def test_the_cli_prints_it_as_one_error_line(tmp_path, monkeypatch, capsys):
+    from importlib.resources import files
+
+    from attnres.cli import main
+
+    hide_debian_tools(monkeypatch, tmp_path)
+    config = files("attnres") / "configs" / "cpu-tiny.yaml"
+    assert main(["train", "--config", str(config), "--set", f"data.cache_dir={tmp_path / 'cache'}",
+                 "--set", f"out_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnres train: error: the demo corpus (data.source 'demo') is built from Debian's")
+    assert err.count("\n") == 1 and err.endswith(f"{ALTERNATIVES}\n")
 
 
 def test_demo_corpus_is_the_bible_by_chapter(demo_corpus):

@@ -3,6 +3,7 @@
 Debian ships the text (`bible-kjv-text`) and a reader (`bible-kjv`); `apt-get download` fetches
 both from the configured Debian mirror without installing anything, so the corpus needs no other
 network access. It is built once into the cache as JSON lines `{"id": "Genesis 1", "text": ...}`.
+Elsewhere (no apt-get or dpkg-deb) every failure names the other sources: `ALTERNATIVES`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ WHOLE_TEXT = "Gen1:1-Rev22:21"
 _HEADER = re.compile(r"^(?:[1-3] )?[A-Z][A-Za-z ]* \d+$")
 _VERSE = re.compile(r"^\s+\d+ (.*)$")
 _TIMEOUT_S = 300
+# What every failure here ends with: the sources that need no Debian tools (DataConfig.source).
+ALTERNATIVES = ("train on other text instead: set data.source to a local .txt, .jsonl or .parquet file or a "
+                "folder of them (e.g. --set data.source=./corpus.jsonl, one {\"text\": ...} object a line), or to a "
+                "Hugging Face dataset as hf:<name> (e.g. --set data.source=hf:roneneldan/TinyStories "
+                "--set data.max_documents=20000)")
 
 
 def ensure_demo_corpus(cache_dir: Path) -> Path:
@@ -80,20 +86,21 @@ def _build() -> list[tuple[str, str]]:
         reader = root / "usr" / "bin" / "bible"
         if not reader.is_file():
             raise DataError(f"demo corpus: {reader.relative_to(root)} missing from the unpacked packages "
-                            f"{', '.join(PACKAGES)}; set DataConfig.source to a local .txt/.jsonl/.parquet path")
+                            f"{', '.join(PACKAGES)}; {ALTERNATIVES}")
         output = _run([str(reader), "-p", str(root / "usr" / "lib"), WHOLE_TEXT], "running the bible reader")
     chapters = parse_bible_output(output)
     if len(chapters) < 1000:
         raise DataError(f"demo corpus: the bible reader printed {len(chapters)} chapters, expected 1189; "
-                        "set DataConfig.source to a local .txt/.jsonl/.parquet path instead")
+                        f"{ALTERNATIVES}")
     return chapters
 
 
 def _download(directory: Path) -> None:
-    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
-        raise DataError("demo corpus: needs apt-get and dpkg-deb (a Debian/Ubuntu system) to fetch the "
-                        f"packages {', '.join(PACKAGES)}; set DataConfig.source to a local "
-                        ".txt/.jsonl/.parquet path instead")
+    missing = [tool for tool in ("apt-get", "dpkg-deb") if shutil.which(tool) is None]
+    if missing:
+        raise DataError(f"the demo corpus (data.source 'demo') is built from Debian's packages "
+                        f"{', '.join(PACKAGES)} with apt-get and dpkg-deb (Debian or Ubuntu), and "
+                        f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on PATH; {ALTERNATIVES}")
     command = ["apt-get", "download", *PACKAGES]
     try:
         _run(command, "downloading " + ", ".join(PACKAGES), cwd=directory)
@@ -108,10 +115,9 @@ def _run(command: list[str], what: str, cwd: Path | None = None) -> str:
         done = subprocess.run(command, cwd=cwd, capture_output=True, encoding="utf-8",
                               errors="replace", timeout=_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DataError(f"demo corpus: {what} failed ({exc}); set DataConfig.source to a local "
-                        ".txt/.jsonl/.parquet path instead") from exc
+        raise DataError(f"demo corpus: {what} failed ({exc}); {ALTERNATIVES}") from exc
     if done.returncode != 0:
         detail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-        raise DataError(f"demo corpus: {what} failed (exit {done.returncode}: {' | '.join(detail)}); set "
-                        "DataConfig.source to a local .txt/.jsonl/.parquet path instead")
+        raise DataError(f"demo corpus: {what} failed (exit {done.returncode}: {' | '.join(detail)}); "
+                        f"{ALTERNATIVES}")
     return done.stdout
