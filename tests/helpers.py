@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from attnres.common import toolchain
 from attnres.routing import fused_cpu
 
 # Tests of the fused CPU routing kernel (routing_impl "fused") run where it is built or can be built
@@ -10,6 +11,10 @@ from attnres.routing import fused_cpu
 _FUSED_CPU_MISSING = fused_cpu.unavailable_reason()
 needs_fused_cpu = pytest.mark.skipif(_FUSED_CPU_MISSING is not None,
                                      reason=f"the fused CPU routing kernel is not built: {_FUSED_CPU_MISSING}")
+# Tests that compile with torch.compile's inductor on CPU need the C++ compiler inductor calls.
+needs_inductor_cpu = pytest.mark.skipif(toolchain.inductor_compiler() is None,
+                                        reason=f"torch.compile's inductor on CPU needs a C++ compiler: "
+                                               f"{toolchain.missing('g++')}")
 
 
 def activate_routing(routers, gate: float = 0.5) -> None:

@@ -17,8 +17,12 @@ from tests.distributed.spawn import run_workers
 from tests.helpers import activate_routing
 
 # fp32 throughout; the pipeline only re-batches the same operations (micro-batches of 2 rows
-# instead of 4), so losses and gradients agree to rounding.
+# instead of 4), so losses and gradients agree to rounding. Gradients summed over 16 sub-layers
+# round further apart where routing runs as the lean op (routing_impl "auto" without the fused
+# kernel: its batched products sum in an order that depends on the batch), a few 1e-6 on the
+# embedding; a wrong or missing source is off by orders of magnitude more (`activate_routing`).
 RTOL, ATOL = 1e-5, 1e-6
+GRAD_ATOL = 2e-5
 MICROBATCHES, MICROBATCH_SIZE, SEQ_LEN, HIDDEN = 2, 2, 8, 16
 
 # Expected tensors per micro-batch crossing each transition k -> k+1 (the first sub-layer of stage
@@ -126,7 +130,8 @@ def _check_case(case: Case, microbatches: int = MICROBATCHES, microbatch_size: i
             grads = _gathered_grads(pipe)
             assert set(grads) == {name for name, g in ref_grads.items() if g is not None}, label
             for name, grad in grads.items():
-                torch.testing.assert_close(grad, ref_grads[name], rtol=RTOL, atol=ATOL, msg=f"{label}: grad of {name}")
+                torch.testing.assert_close(grad, ref_grads[name], rtol=RTOL, atol=GRAD_ATOL,
+                                           msg=lambda detail, name=name: f"{label}: grad of {name}: {detail}")
         measured[cache] = pipe.counter.totals()
     tensor_bytes = microbatch_size * SEQ_LEN * HIDDEN * 4  # one (b, T, D) fp32 tensor
     expect_cached = [microbatches * n * tensor_bytes for n in case.cached]

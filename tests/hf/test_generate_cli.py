@@ -12,6 +12,7 @@ transformers = pytest.importorskip("transformers")
 import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.cli import main  # noqa: E402
 from attnres.data import train_bpe  # noqa: E402
+from tests.helpers import needs_inductor_cpu  # noqa: E402
 from tests.train.conftest import WORDS  # noqa: E402
 
 PROMPT = "the king of the city"
@@ -60,6 +61,7 @@ def test_generate_prints_the_greedy_text_and_the_figures(converted, capsys):
 
 
 @pytest.mark.compile
+@needs_inductor_cpu
 def test_generate_compiles_the_step_and_prints_the_same_text(converted, capsys):
     torch._dynamo.reset()
     expected = plain_greedy_text(converted, 10)

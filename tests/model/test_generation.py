@@ -16,7 +16,7 @@ from attnres import AttnResLM, ModelConfig
 from attnres.model import KVCache, StaticKVCache
 from attnres.model.generation import FastGenerator, Sampling, choose_next
 from attnres.residual import VARIANTS
-from tests.helpers import activate_routing, needs_fused_cpu
+from tests.helpers import activate_routing, needs_fused_cpu, needs_inductor_cpu
 
 CASES = [(name, 3 if variant.uses_blocks else None, exact)
          for name, variant in VARIANTS.items() for exact in (None, *variant.exact_conversions)]
@@ -185,6 +185,7 @@ def test_the_compiled_step_routes_without_python_custom_ops(residual, num_blocks
 
 
 @pytest.mark.compile
+@needs_inductor_cpu
 def test_inductor_compiles_the_step_and_keeps_every_buffer_in_place():
     torch._dynamo.reset()
     model = model_for("delta_block", 3, "gate")

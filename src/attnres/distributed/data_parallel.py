@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from attnres.common.precision import autocast
+from attnres.common.toolchain import require_inductor_compiler
 from attnres.distributed.env import DistributedEnv, all_reduce_mean
 from attnres.distributed.wrapper import ParallelModel, StepSettings
 from attnres.model import AttnResLM
@@ -48,6 +49,8 @@ class DataParallel(ParallelModel):
 
     def __post_init__(self) -> None:
         module = self.model if self.forward is None else self.forward
+        if self.step.compile and torch.device(self.device).type == "cpu":
+            require_inductor_compiler("train.compile=true: the training step", "set train.compile=false")
         self.forward = torch.compile(module) if self.step.compile else module
 
     def local_rows(self, batch: torch.Tensor) -> torch.Tensor:

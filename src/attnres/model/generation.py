@@ -37,6 +37,7 @@ import torch
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, is_number
 from attnres.common.precision import PRECISIONS, autocast
+from attnres.common.toolchain import require_inductor_compiler
 from attnres.model.cache import StaticKVCache
 from attnres.model.decoder import AttnResLM
 
@@ -241,6 +242,9 @@ class FastGenerator:
         model = self.model
         device = model.embed_tokens.weight.device
         _check_inputs(model, input_ids, attention_mask, max_new_tokens, min_new_tokens, precision, device)
+        if self.compile and self.backend == "inductor" and device.type == "cpu":
+            require_inductor_compiler("the decode step", "decode without compiling (FastGenerator(compile=False), "
+                                      "generate(..., disable_compile=True), attnres generate --no-compile)")
         if not isinstance(sampling, Sampling):
             raise ValueError(f"sampling must be an attnres.model.generation.Sampling, got {type(sampling).__name__}")
         eos = _token_tensor(eos_token_id, "eos_token_id", model.config.vocab_size, device)

@@ -58,7 +58,6 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
-import shutil
 import sys
 import threading
 import warnings
@@ -67,6 +66,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from attnres.common.toolchain import extension_compiler, missing
 from attnres.routing.lean import compute_dtype
 
 __all__ = ["build_extension", "extension_path", "find_compiler", "fused_available", "how_to_build",
@@ -143,22 +143,15 @@ def fused_available() -> bool:
 
 
 def find_compiler() -> str | None:
-    """The C++ compiler a build would call, as a path, or None when there is none.
-
-    torch.utils.cpp_extension compiles and links with $CXX when it is set (written as is into
-    ninja's rule, so a wrapper such as `ccache g++` works: its first word is the program), else
-    with `c++`; the shell then looks it up on PATH. scripts/setup_env.sh applies the same rule.
-    """
-    words = os.environ.get("CXX", "c++").split()
-    return shutil.which(words[0]) if words else None
+    """The C++ compiler a build would call, as a path, or None when there is none: torch.utils.
+    cpp_extension's rule ($CXX's first word, else c++, on PATH; attnres.common.toolchain), which
+    scripts/setup_env.sh applies too."""
+    return extension_compiler()
 
 
 def _no_compiler() -> str:
     """Why find_compiler() found nothing, in words."""
-    cxx = os.environ.get("CXX")
-    if cxx is None:
-        return "no C++ compiler found: CXX is unset and c++ is not on PATH"
-    return f"no C++ compiler found: CXX={cxx!r} is not on PATH"
+    return missing("c++")
 
 
 def unavailable_reason() -> str | None:
