@@ -11,7 +11,7 @@ Methods, all through `generate`:
   transformers  LlamaForCausalLM.generate (its eager loop, dynamic cache)
   attnres       AttnResForCausalLM.generate (the same loop over attnres's eager forward)
   attnres fast  AttnResForCausalLM.generate(cache_implementation="static"): the static KV cache and
-                the compiled decode step (docs/generation.md)
+                the compiled decode step (docs/explanation/fast-paths.md)
 
 Decode tokens/s of a method is (N - 1) / (t(N) - t(1)), t(K) the wall time of a generate call that
 makes K new tokens: prefill and the first token cancel out, and every method is timed by the same

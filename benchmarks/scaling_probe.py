@@ -7,55 +7,17 @@ their runs by variant, size and seed, and writes PROBE/probe.md: each run's fina
 paths, how far the probe moved it, the paired difference to standard on both paths, and the
 seeds' spread at each size in the sweep, which is the noise the fit's intervals already carry.
 
-    python benchmarks/scaling_probe.py docs/scaling docs/scaling-probe
+    python benchmarks/scaling_probe.py results/scaling results/scaling-probe
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from pathlib import Path
 
-BASELINE = "standard"
-
-
-def _losses(results: dict) -> dict[tuple[str, str, int], float]:
-    return {(v["name"], r["size"], r["seed"]): r["final_val_loss"] for v in results["variants"] for r in v["runs"]}
-
-
-def paired_rows(sweep: dict, probe: dict) -> list[dict]:
-    """One row per run present in both: {"variant", "size", "seed", "sweep", "probe", "moved",
-    "diff_sweep", "diff_probe"} (diff_*: the variant's loss minus standard's at that size and seed;
-    None for standard itself)."""
-    main, other = _losses(sweep), _losses(probe)
-    rows = []
-    for key in sorted(set(main) & set(other), key=lambda k: (k[1], k[2], k[0] != BASELINE, k[0])):
-        name, size, seed = key
-        base = (BASELINE, size, seed)
-        both = name != BASELINE and base in main and base in other
-        rows.append({"variant": name, "size": size, "seed": seed, "sweep": main[key], "probe": other[key],
-                     "moved": other[key] - main[key],
-                     "diff_sweep": main[key] - main[base] if both else None,
-                     "diff_probe": other[key] - other[base] if both else None})
-    return rows
-
-
-def seed_spread_by_size(sweep: dict) -> dict[str, float]:
-    """Per size, the pooled sample standard deviation of final loss between seeds over the variants
-    (sizes with one seed are left out)."""
-    squares, dof = {}, {}
-    for variant in sweep["variants"]:
-        by_size: dict[str, list[float]] = {}
-        for run in variant["runs"]:
-            by_size.setdefault(run["size"], []).append(run["final_val_loss"])
-        for size, losses in by_size.items():
-            if len(losses) > 1:
-                mean = statistics.fmean(losses)
-                squares[size] = squares.get(size, 0.0) + sum((x - mean) ** 2 for x in losses)
-                dof[size] = dof.get(size, 0) + len(losses) - 1
-    return {size: math.sqrt(squares[size] / dof[size]) for size in squares}
+from attnres.pages.scaling import paired_rows, seed_spread_by_size
 
 
 def probe_markdown(sweep: dict, probe: dict, sweep_dir: str, probe_dir: str) -> str:

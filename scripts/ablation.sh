@@ -1,18 +1,17 @@
 #!/usr/bin/env bash
-# The Kimi ablation table in direction (docs/ablation.md): `attnres compare --preset ablation` as
-# SHARDS one-thread processes in parallel (default 2, one per core), then one call that writes the
-# report (paired differences with 95 % intervals, the interleaved cost column, training stability),
+# The Kimi ablation table in direction (docs/explanation/ablation.md): `attnres compare --preset ablation`
+# as SHARDS one-thread processes in parallel (default 2, one per core), then one call that writes the
+# report (paired differences with 95 % intervals, the interleaved cost column, training stability), and
 # `attnres analyze --causal` of seed 0 of the routed variants and the stream variants (the
-# causal-routing summary), and benchmarks/ablation_table.py's table (docs/ablation.md; with the
-# machine probe of scripts/ablation_probe.sh beside it when docs/ablation-probe has run). Finished
-# runs are reused, so an interrupted study continues where it stopped.
-# Usage: scripts/ablation.sh [OUT (default docs/ablation-study)] [SHARDS (default 2)] [--set ... passed on]
+# causal-routing summary). Finished runs are reused, so an interrupted study continues where it stopped.
+# `python -m attnres.pages` then writes the page's tables from OUT (results/ablation by default).
+# Usage: scripts/ablation.sh [OUT (default results/ablation)] [SHARDS (default 2)] [--set ... passed on]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 source "$ROOT/scripts/shards.sh"
 cd "$ROOT"
-OUT="${1:-docs/ablation-study}"
+OUT="${1:-results/ablation}"
 SHARDS="${2:-2}"
 EXTRA=("${@:3}")
 compare_in_shards ablation "$OUT" "$SHARDS" "${EXTRA[@]}"
@@ -25,6 +24,3 @@ attnres analyze "$R/full_attnres/seed0" "$R/full_attnres-input-query/seed0" "$R/
   --labels full_attnres "full (input query)" "full (sigmoid)" "full (no key norm)" "block_attnres (N=8)" \
   delta_attnres "delta_block (N=8)" mhc hyper_connections --out "$OUT/analyze" --max-batches 2 \
   --causal-routers 7 15 23 31
-PROBE=()
-[[ -f docs/ablation-probe/results.json ]] && PROBE=(--probe docs/ablation-probe)
-python benchmarks/ablation_table.py "$OUT" "${PROBE[@]}"

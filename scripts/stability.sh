@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# The stability check before the ablation study (docs/ablation.md): `attnres compare --preset
-# stability` (standard and hyper-connections, 2 seeds) over a learning-rate x warm-up grid, each
-# setting as SHARDS one-thread processes, then benchmarks/stability_table.py tabulates the final
+# The stability check before the ablation study (docs/explanation/ablation.md): `attnres compare
+# --preset stability` (standard and hyper-connections, 2 seeds) over a learning-rate x warm-up grid,
+# each setting as SHARDS one-thread processes; `python -m attnres.pages` then tabulates the final
 # validation losses and the divergence events of every run. Finished runs are reused.
-# Usage: scripts/stability.sh [OUT (default docs/stability)] [SHARDS (default 2)] [--set ... passed on]
+# Usage: scripts/stability.sh [OUT (default results/stability)] [SHARDS (default 2)] [--set ... passed on]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 source "$ROOT/scripts/shards.sh"
 cd "$ROOT"
-OUT="${1:-docs/stability}"
+OUT="${1:-results/stability}"
 SHARDS="${2:-2}"
 EXTRA=("${@:3}")
 LRS=(1.0e-3 3.0e-3 6.0e-3)
@@ -23,4 +23,3 @@ for lr in "${LRS[@]}"; do
     compare_in_shards stability "$dir" "$SHARDS" "${settings[@]}" > "$OUT/lr$lr-warmup$warmup.log" 2>&1
   done
 done
-python benchmarks/stability_table.py "$OUT"

@@ -40,6 +40,17 @@ def test_every_option_has_a_help_line_with_its_choices_and_default(name):
             assert "default" in text, f"attnres {name} {label}: help does not say its default: {text!r}"
 
 
+@pytest.mark.parametrize("name", ["compare", "scaling", "bench"])
+def test_preset_help_names_every_bundled_preset(name):
+    from attnres.common.config_files import bundled_presets
+
+    parser = dict(_subcommands(build_parser()))[name]
+    action = parser._option_string_actions["--preset"]
+    text = parser._get_formatter()._expand_help(action)
+    presets = bundled_presets(name)
+    assert presets and all(preset in text for preset in presets), (presets, text)
+
+
 def test_version(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["--version"])

@@ -1,6 +1,6 @@
 """The residual scheme as a drop-in: a nanoGPT-style model of one's own, written here against the public
 API only (`attnres.build_residual`, the scheme's start / sublayer_input / after / finish, its
-parameters), trains with every variant. docs/drop-in.md shows the same model."""
+parameters), trains with every variant. docs/how-to/drop-in.md shows the same model."""
 
 import math
 

@@ -207,16 +207,21 @@ def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
                         help=f"override a config value, {example}; repeatable (default: none)")
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
     parser.add_argument("--device", default="cpu",
-                        help="cpu or cuda; under torchrun each process takes cuda:LOCAL_RANK (docs/distributed.md) "
-                             "(default: %(default)s)")
+                        help="cpu or cuda; under torchrun each process takes cuda:LOCAL_RANK "
+                             "(docs/how-to/scale-out.md) (default: %(default)s)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand; every option's help names its choices and default."""
     from attnres import __version__
     from attnres.bench.config import DEFAULT_PRESET, flag_arguments
+    from attnres.common.config_files import bundled_presets
     from attnres.common.precision import PRECISIONS
     from attnres.residual import VARIANTS
+
+    def preset_help(kind: str) -> str:  # read from the package, so the list cannot go stale
+        return (f"a bundled preset (configs/{kind}/NAME.yaml: {', '.join(bundled_presets(kind))}) or a preset "
+                f"YAML path (default: %(default)s)")
 
     parser = argparse.ArgumentParser(prog="attnres", description="Depth routing residuals for language models.")
     parser.add_argument("--version", action="version", version=f"attnres {__version__}")
@@ -224,8 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare = sub.add_parser("compare", help="train every residual variant on the same data and write a report")
     compare.add_argument("--preset", default="default",
-                         help="a bundled preset (configs/compare/NAME.yaml: default, smoke, study) or a preset "
-                              "YAML path (default: %(default)s)")
+                         help=preset_help("compare"))
     compare.add_argument("--seeds", type=int, default=None, help="seeds per variant (default: the preset's)")
     compare.add_argument("--out", default=None, help="report folder (default: reports/compare-PRESET)")
     compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -239,10 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.set_defaults(handler=_compare)
 
     scaling = sub.add_parser("scaling", help="train a grid of model sizes for every variant, fit loss against "
-                                             "compute and report each variant's compute advantage (docs/scaling.md)")
+                                             "compute and report each variant's compute advantage "
+                                             "(docs/how-to/scaling-sweep.md)")
     scaling.add_argument("--preset", default="cpu",
-                         help="a bundled preset (configs/scaling/NAME.yaml: cpu, paper, tiny) or a preset YAML path "
-                              "(default: %(default)s)")
+                         help=preset_help("scaling"))
     scaling.add_argument("--variants", nargs="+", default=None, metavar="NAME",
                          help="only these of the preset's variants, by name or residual; standard must be one "
                               "(default: all)")
@@ -329,8 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                "static KV cache and compiled decode step; prints the text, then "
                                                "prefill, compile and decode times on stderr",
                               description="Greedy (or, with --sample, sampled) decoding through "
-                                          "AttnResForCausalLM.generate_fast (docs/generation.md). The text goes to "
-                                          "stdout; the timings to stderr.")
+                                          "AttnResForCausalLM.generate_fast (docs/how-to/generate.md). The text "
+                                          "goes to stdout; the timings to stderr.")
     generate.add_argument("model", metavar="MODEL", help="a directory from `attnres convert`, or a training checkpoint "
                                                          "directory (runs/X/checkpoints/step_N)")
     generate.add_argument("--prompt", required=True, help="the text to continue (required)")
@@ -365,8 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                            description="Settings come from a preset, then --quick, then --set, then the flags "
                                        "below (the defaults shown are BenchConfig's; a preset may change them).")
     bench.add_argument("--preset", default=DEFAULT_PRESET,
-                       help="a bundled preset (configs/bench/NAME.yaml: cpu or paper-gpu) or a preset YAML path "
-                            "(default: %(default)s)")
+                       help=preset_help("bench"))
     bench.add_argument("--quick", action="store_true",
                        help="a tiny model, a run of seconds (configs/bench/overlays/quick.yaml over the preset)")
     bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

@@ -7,6 +7,7 @@ import pytest
 
 from attnres.cli import main
 from attnres.compare.presets import available_presets, load_preset
+from attnres.model.config import RESIDUALS
 from attnres.report.plots import figure_legend
 from attnres.train import RunConfigError
 from tests.report.test_plots import assert_legible
@@ -70,7 +71,8 @@ def test_presets_are_listed_and_validated():
     assert {"smoke", "default"} <= set(available_presets())
     preset = load_preset("default")
     assert preset.run["model"]["num_layers"] >= 16
-    assert [v["residual"] for v in preset.variants] == VARIANTS
+    assert sorted(v["residual"] for v in preset.variants) == sorted(RESIDUALS)  # the main job: every built-in variant
+    assert preset.run["train"]["warmup_steps"] == 60  # in the stable regime (docs/explanation/ablation.md)
     with pytest.raises(RunConfigError, match=r"unknown compare preset 'nope'; available: \[.*'smoke'"):
         load_preset("nope")
     with pytest.raises(ValueError, match="ModelConfig.num_blocks"):

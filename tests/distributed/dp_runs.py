@@ -18,7 +18,7 @@ from tests.distributed.workers import copy_run, run_jobs
 from tests.train.conftest import tiny_run
 
 # Relative tolerances of data-parallel against single-process runs, also stated in
-# docs/distributed.md. fp32: only the order of float additions differs (a mean of per-rank means,
+# docs/how-to/scale-out.md. fp32: only the order of float additions differs (a mean of per-rank means,
 # gradient all-reduce); observed about 1e-7 over 10 AdamW steps. bf16: rounding differs too.
 FP32_RTOL = 1e-5
 BF16_RTOL = 1e-3

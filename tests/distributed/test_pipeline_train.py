@@ -23,7 +23,7 @@ from tests.distributed.spawn import run_workers
 from tests.distributed.workers import copy_run, run_jobs
 from tests.train.conftest import corpus_dir, tiny_run  # noqa: F401  (fixture)
 
-# fp32 tolerance against one process, also stated in docs/pipeline.md: the pipeline runs the same
+# fp32 tolerance against one process, also stated in docs/explanation/pipeline.md: the pipeline runs the same
 # operations on micro-batches (a mean of micro-batch means, gradients summed over micro-batches and
 # the tied embedding's two halves added across ranks), so only the order of float additions
 # differs, as with DDP.

@@ -27,7 +27,7 @@ def llama_dir(tmp_path_factory):
                                       tie_word_embeddings=False, rms_norm_eps=1e-6)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # realistic activation scales (RMSNorm eps, docs/method.md §4)
+    with torch.no_grad():  # realistic activation scales (RMSNorm eps, docs/explanation/method.md §4)
         for p in model.parameters():
             p.mul_(10.0 if p.dim() > 1 else 1.0)
     _, eos = greedy_eos_setup(model, PROMPT)

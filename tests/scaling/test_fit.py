@@ -94,7 +94,7 @@ def test_a_fit_that_misses_by_more_than_the_seed_spread_is_flagged():
 def test_bootstrap_intervals_cover_the_truth_at_about_the_nominal_rate(method):
     # benchmarks/fit_coverage.py on 30 synthetic sweeps of 8 sizes with 1 % noise, 100 replicates, for
     # alpha, E, the loss at the largest compute and a known 1.25x compute advantage. Measured over 300
-    # sweeps these 95 % intervals hold the truth 88-97 % of the time (docs/scaling.md); the draws are
+    # sweeps these 95 % intervals hold the truth 88-97 % of the time (docs/explanation/scaling-law.md); the draws are
     # fixed, and an interval that held 80 % or less would come in under 24 of 30 more often than not.
     rates = fit_coverage.main(method, sizes=8, seeds=1, draws=30, replicates=100)
     assert all(rate >= 24 / 30 for rate in rates.values()), rates

@@ -119,7 +119,7 @@ def _compiled_decode_table(rows: list[list[str]]) -> list[str]:
     return (["", "### Decode: eager and compiled", "",
              "Eager: AttnResLM.forward one token at a time with the growing KV cache. Compiled: the static KV "
              "cache and the decode step (routing and the greedy choice included) captured once by "
-             "torch.compile(fullgraph=True) (docs/generation.md); its compile time is measured once, untimed "
+             "torch.compile(fullgraph=True) (docs/explanation/fast-paths.md); its compile time is measured once, untimed "
              "otherwise.", ""]
             + _table(["variant", "eager (ms/token)", "x standard", "compiled (ms/token)", "x standard",
                       "compiled speed-up", "compile (s)"], rows))

@@ -36,7 +36,7 @@ class CostSettings:
     interval of the median ratio); warmup: discarded rounds first; noise_threshold: a step-time
     ratio whose 90 % interval (`attnres.common.timing.ratio_spread`) is wider than this fraction of
     the ratio is reported as too noisy to quote (0.25: wider than that, the interval cannot tell a
-    1.05x cost from a 1.25x one, the gap between the cost targets of docs/bench-targets.md); seed: of
+    1.05x cost from a 1.25x one); seed: of
     the fresh models' weights and the random token batch.
     """
 

@@ -6,7 +6,7 @@
     pipe.counter.totals()                 # bytes sent this step, forward and backward
 
 Every rank builds the whole model from the same seed or state dict; each stage registers and
-trains only its own parameters (`owned_parameter_names`). See docs/pipeline.md.
+trains only its own parameters (`owned_parameter_names`). See docs/explanation/pipeline.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pipeline parallelism as a `ParallelModel` (`train.parallel: pipeline`; see docs/pipeline.md).
+"""Pipeline parallelism as a `ParallelModel` (`train.parallel: pipeline`; see docs/explanation/pipeline.md).
 
 Every rank builds the whole model from the same seed or checkpoint; `build_pipeline` gives each
 rank its stages. A training loop drives `PipelineParallel` through the interface it uses for DDP

@@ -1,4 +1,4 @@
-"""transformers' `generate` options -> attnres's compiled static-cache decoding (docs/generation.md).
+"""transformers' `generate` options -> attnres's compiled static-cache decoding (docs/explanation/fast-paths.md).
 
 `AttnResForCausalLM.generate(..., cache_implementation="static")` and `generate_fast(...)` come
 here. The options are merged exactly as transformers merges them (the call's keywords over

@@ -96,7 +96,7 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
     def generate_fast(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None,
                       *, precision: str = "fp32", stop_check_every: int | None = None,
                       **kwargs) -> GenerationResult:
-        """Generation with a static KV cache and one compiled decode step (docs/generation.md).
+        """Generation with a static KV cache and one compiled decode step (docs/explanation/fast-paths.md).
 
         inputs (B, T) token ids, attention_mask (B, T) left-padded, and the generation options of
         `generate` (max_new_tokens, do_sample, temperature, top_k, top_p, min_new_tokens, eos/pad

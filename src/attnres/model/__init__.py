@@ -4,6 +4,7 @@ from attnres.model.cache import KVCache, StaticKVCache
 from attnres.model.config import RESIDUALS, ConfigError, ModelConfig, valid_num_blocks
 from attnres.model.decoder import AttnResLM, CausalLMOutput, next_token_loss
 from attnres.model.generation import FastGenerator, GenerationResult, Sampling
+from attnres.model.init import init_module
 
 __all__ = ["RESIDUALS", "AttnResLM", "KVCache", "CausalLMOutput", "ConfigError", "FastGenerator", "GenerationResult",
-           "ModelConfig", "Sampling", "StaticKVCache", "next_token_loss", "valid_num_blocks"]
+           "ModelConfig", "Sampling", "StaticKVCache", "init_module", "next_token_loss", "valid_num_blocks"]

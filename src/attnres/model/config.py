@@ -45,12 +45,12 @@ class ModelConfig:
     keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
     `routing_impl` (one of `attnres.routing.IMPLS`) picks how routers compute, never what they compute.
     `routing_chunk_size` (full_attnres and delta_attnres only) is the number of consecutive routers
-    that the fast paths route together (chunked two-phase routing, docs/fast-routing.md); None picks
+    that the fast paths route together (chunked two-phase routing, docs/explanation/fast-paths.md); None picks
     round(sqrt(number of routers)), 1 routes every router alone. It never changes the function either.
     `router_query` ("static" | "input_dependent"), `router_weights` ("softmax" | "sigmoid") and
     `router_key_norm` are the Kimi paper's router ablations (method §7, `attnres.routing.Router`),
     for routed variants only; the defaults are the method. Ablated routers compute with the
-    reference code (docs/method.md §7.1). `denseformer_dilation` k and `denseformer_period` p
+    reference code (docs/explanation/contenders.md). `denseformer_dilation` k and `denseformer_period` p
     (residual "denseformer" only): an average after every p-th layer, over every k-th state
     (Pagliardini et al.'s k x p DenseFormer; 1 and 1 average after every layer over all states).
     `hc_streams` n (hyper_connections and mhc; None: 4), `hc_dynamic` (hyper_connections; None:

@@ -1,4 +1,4 @@
-"""FLOPs accounting: training FLOPs per token of any ModelConfig, every variant (docs/scaling.md).
+"""FLOPs accounting: training FLOPs per token of any ModelConfig, every variant (docs/explanation/scaling-law.md).
 
 Counted as 2 FLOPs per multiply-add of a contraction, forward; training is three times the forward
 (backward computes the gradients of inputs and of weights, each a contraction of the forward's

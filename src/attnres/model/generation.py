@@ -1,4 +1,4 @@
-"""Fast generation: a static KV cache and one compiled single-token decoding step (docs/generation.md).
+"""Fast generation: a static KV cache and one compiled single-token decoding step (docs/explanation/fast-paths.md).
 
 Decoding one token at a time through `AttnResLM.forward` is dominated by Python: hundreds of small
 operations per token, each dispatched from Python, and shapes that grow with every token. Here the
@@ -16,7 +16,7 @@ Routing in the step is the model's own (chunked two-phase routing). Without grad
 as plain PyTorch (inv_rms, the lean ops; what "auto" picks, as inductor fuses them with the norms) or,
 with routing_impl "fused", as direct calls of the C++ kernels, so a step calls no Python per router.
 After a generation's first step only the guards that tell compiled graphs apart are evaluated
-(`Decoding._guards`; docs/generation.md).
+(`Decoding._guards`; docs/explanation/fast-paths.md).
 
 So the step is captured once by `torch.compile(fullgraph=True, dynamic=False)` (any graph break
 fails) and replayed for every token. The compile mode is chosen per device (`DEFAULT_MODES`):
@@ -41,7 +41,7 @@ from attnres.common.toolchain import require_inductor_compiler
 from attnres.model.cache import StaticKVCache
 from attnres.model.decoder import AttnResLM
 
-# torch.compile mode of the decode step per device type (docs/generation.md). CUDA: CUDA graphs
+# torch.compile mode of the decode step per device type (docs/explanation/fast-paths.md). CUDA: CUDA graphs
 # replay the whole step with one launch. CPU: inductor's default mode with its C++ wrapper
 # (`CPU_OPTIONS`): the generated code calls its kernels and the matrix products from C++ rather
 # than Python, about 10 % faster decoding of a 30-layer model, at about 2.4 times the compile time.
@@ -344,7 +344,7 @@ class Decoding:
         """How much of the compiled step's guards to evaluate: all of them at a generation's first step;
         after that only those that tell compiled graphs apart. The step's arguments are then the same
         objects, changed only in place by the step itself, and the guards of every parameter cost
-        about 5 % of a token on CPU at 24 x 256 (docs/generation.md). A model changed in the middle
+        about 5 % of a token on CPU at 24 x 256 (docs/explanation/fast-paths.md). A model changed in the middle
         of a generation (its dtype, device or parameters replaced) needs a new `start`."""
         if self.compile_mode is None or self.steps_run == 1:
             return contextlib.nullcontext()

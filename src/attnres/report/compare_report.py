@@ -211,7 +211,7 @@ def _stability_blocks(results: dict, summary: dict) -> list[tuple]:
             f"{setting['grad_clip']}" if setting["grad_clip"] is not None else
             "0% throughout: train.grad_clip is null, so no step was clipped")
     text = (f"Events that make runs diverge, counted over every training step (attnres.train.stability, "
-            f"docs/training.md). Loss spike: a step whose training loss is above the median of the previous "
+            f"docs/how-to/train.md). Loss spike: a step whose training loss is above the median of the previous "
             f"{window} steps' losses by more than max({setting['loss_spike_mads']} × their median absolute "
             f"deviation, {setting['loss_spike_floor']} nats). Grad-norm spike: a pre-clip gradient norm above "
             f"{setting['grad_spike_ratio']} × the previous {window} steps' median. Spikes are looked for from step "
@@ -288,7 +288,7 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
     if code_path:
         ablated = [name for name, entry in summary.items() if router_ablation_labels(entry)]
         note = (f" Variants with router ablations ({', '.join(ablated)}) route with the reference code, "
-                f"which the fast paths do not serve (docs/method.md §7.1)." if ablated else "")
+                f"which the fast paths do not serve (docs/explanation/contenders.md)." if ablated else "")
         blocks.append(("p", f"Code path: routing {code_path['routing']} (routing_impl={code_path['routing_impl']}), "
                             f"precision {code_path['precision']}.{note}"))
     blocks += [("code", results.get("command", "")),

@@ -505,7 +505,7 @@ def _stability_blocks(tables: dict) -> list[tuple]:
     if not any(t["recorded"] for t in totals.values()):
         return blocks + [("p", "No run recorded divergence events (loss spikes, gradient-norm spikes, clipping).")]
     return blocks + [("p", "Totals over each variant's runs that recorded them (attnres.train.stability, "
-                           "docs/training.md); n/a: no run of the variant recorded them."),
+                           "docs/how-to/train.md); n/a: no run of the variant recorded them."),
                      ("table", STABILITY_HEADER, [stability_row(n, t) for n, t in totals.items()], True)]
 
 
@@ -527,32 +527,46 @@ COST_HEADER = ["variant", "training step × standard [interval]", "FLOPs × stan
                "compute advantage at C_max (saturating)", "in wall-clock time"]
 
 
-def wall_clock_rows(results: dict) -> list[list[str]]:
-    """Per variant at the largest size: the measured step-time ratio with its interval, the FLOPs ratio,
-    and the compute advantage at C_max turned into time: advantage x FLOPs ratio / step-time ratio
-    (the variant does its FLOPs at FLOPs ratio / step-time ratio of standard's speed); its interval is
-    the advantage's, scaled by the same factor (the step ratio's own interval is in its column)."""
+def wall_clock_advantage(results: dict) -> dict[str, dict]:
+    """Per variant at the largest size: the measured step-time ratio with its interval ("step", "step_low",
+    "step_high"), the FLOPs ratio, the FLOPs per second relative to standard's ("speed": FLOPs ratio /
+    step-time ratio), the saturating law's advantage entry at C_max ("entry", None where refused), and
+    that advantage turned into time ("value", "low", "high": advantage x speed; None where the advantage
+    or its interval has no finite value). The interval is the advantage's, scaled by the same factor (the
+    step ratio's own interval is reported beside it)."""
     cost, fit = results["cost"], results["fit"]
     size = results["cost_size"]
     flops = {name: by_size[size] for name, by_size in flops_by_size(results["variants"]).items()}
-    base = flops[fit["baseline"]]
-    rows = []
+    out = {}
     for name in cost["variants"]:
         if name == fit["baseline"]:
             continue
         timing = cost_summary(cost, name, fit["baseline"])
-        step, flops_ratio = timing["step_time_ratio"], flops[name] / base
+        step, flops_ratio = timing["step_time_ratio"], flops[name] / flops[fit["baseline"]]
         speed = flops_ratio / step
         entry = fit["advantage"]["saturating"].get(name) or {}
         at = entry.get("at_max") if entry.get("error") is None else None
-        advantage = "-" if not at else advantage_text(entry, _confidence(fit))
-        in_time = "-"
-        if at and at["value"] is not None:
-            in_time = times(at["value"] * speed)
-            if entry["replicates"] and at["low"] is not None and at["high"] is not None:
-                in_time += f" ({times(at['low'] * speed)} to {times(at['high'] * speed)})"
-        rows.append([name, f"{step:.2f}× [{timing['step_time_low']:.2f}, {timing['step_time_high']:.2f}]",
-                     f"{flops_ratio:.3f}×", f"{speed:.2f}×", advantage, in_time])
+        scaled = lambda x: None if x is None else x * speed  # noqa: E731
+        out[name] = {"step": step, "step_low": timing["step_time_low"], "step_high": timing["step_time_high"],
+                     "flops_ratio": flops_ratio, "speed": speed, "entry": entry if at else None,
+                     "value": scaled(at["value"]) if at else None,
+                     "low": scaled(at["low"]) if at and entry["replicates"] else None,
+                     "high": scaled(at["high"]) if at and entry["replicates"] else None}
+    return out
+
+
+def wall_clock_rows(results: dict) -> list[list[str]]:
+    """Per variant at the largest size (`wall_clock_advantage`): the measured step-time ratio with its
+    interval, the FLOPs ratio, FLOPs per second relative to standard's, the compute advantage at C_max
+    and that advantage in wall-clock time with its interval."""
+    rows = []
+    for name, w in wall_clock_advantage(results).items():
+        advantage = "-" if w["entry"] is None else advantage_text(w["entry"], _confidence(results["fit"]))
+        in_time = "-" if w["value"] is None else times(w["value"])
+        if w["value"] is not None and w["low"] is not None and w["high"] is not None:
+            in_time += f" ({times(w['low'])} to {times(w['high'])})"
+        rows.append([name, f"{w['step']:.2f}× [{w['step_low']:.2f}, {w['step_high']:.2f}]",
+                     f"{w['flops_ratio']:.3f}×", f"{w['speed']:.2f}×", advantage, in_time])
     return rows
 
 

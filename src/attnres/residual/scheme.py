@@ -1,6 +1,6 @@
 """The residual scheme: owns the stream between sub-layers. A source policy plus a routing mode.
 
-It is also the drop-in API for a model loop of one's own (docs/drop-in.md):
+It is also the drop-in API for a model loop of one's own (docs/how-to/drop-in.md):
 
     state = scheme.start(embedding)                # (B, T, D)
     for s, sublayer in enumerate(sublayers):        # 2L of them, attention and MLP alternating
@@ -98,7 +98,7 @@ class ResidualScheme(nn.Module):
     mixer per averaging layer instead (`StatePolicy.mixer_layers`). All parameters of a scheme are
     its mixers' (routing parameters). Mode "streams" builds mixer(hidden_size, eps, num_streams=n,
     index=s) per sub-layer and `mixer.final(...)` last; any impl but "reference" takes the stream
-    mixers' lean path (no normalised copy of the streams, docs/method.md §7.3).
+    mixers' lean path (no normalised copy of the streams, docs/explanation/contenders.md).
 
     Fast paths route static-query mixers in groups (two-phase routing, method §5): each block of a
     block policy, and for a per-sub-layer policy (block_size 1) each chunk of `chunk_size`

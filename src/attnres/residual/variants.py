@@ -2,7 +2,7 @@
 
 Adding a depth-mixing method means adding a row here (or calling `register_variant`) with its mixer
 class; configs, the model, training, comparison, analysis, benchmarks and the Hugging Face classes
-read this table. See docs/architecture.md for a worked example.
+read this table. See docs/how-to/add-a-method.md for a worked example.
 """
 
 from __future__ import annotations
@@ -266,7 +266,7 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
                    default True) hyper-connections; mhc: the same with mHC's coefficients and
                    hc_sinkhorn_iters (default 20) Sinkhorn-Knopp rounds (method §7.3)
     Raises ValueError naming the argument for an invalid combination. The scheme is the drop-in API
-    for a model loop of one's own (docs/drop-in.md).
+    for a model loop of one's own (docs/how-to/drop-in.md).
     """
     check_residual(residual, num_layers, num_blocks, exact_conversion, dilation=denseformer_dilation,
                    period=denseformer_period)

@@ -98,7 +98,7 @@ def inv_rms(source: Tensor, eps: float) -> Tensor:
 
 # A compiled step with this many token rows or fewer (decoding: one per sequence) computes the logits
 # as a product and a sum, which inductor fuses with the softmax; a matrix product would stay one
-# extern MKL call per source, with the wrapper's buffers around it (docs/generation.md).
+# extern MKL call per source, with the wrapper's buffers around it (docs/explanation/fast-paths.md).
 FEW_ROWS = 16
 
 

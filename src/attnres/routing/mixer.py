@@ -28,7 +28,7 @@ declares what more it can use from the scheme with class attributes:
   and writes the sub-layer's output back (`StreamMixer`). Default False.
 
 A mixer also states its arithmetic, `flops_per_token(num_sources)` -> `MixerFlops`, which the
-FLOPs accounting (`attnres.model.flops`, docs/scaling.md) sums over a model's mixers.
+FLOPs accounting (`attnres.model.flops`, docs/explanation/scaling-law.md) sums over a model's mixers.
 
 Mixers are built as `Mixer(hidden_size, eps, gated=False, **options)`; `gated` asks for a
 zero-initialised scalar gate on the output (method §4's exact conversion), which a mixer may refuse

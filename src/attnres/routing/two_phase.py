@@ -22,7 +22,7 @@ Phase 2 has two implementations of the same function: `_merge_forward` / `_merge
 Why the kernel: the PyTorch version is a dozen small ops, each reading or writing a (B, T, D)
 tensor (the dot products, each `addcmul_`, the fp32 copies of bf16 sources, then backward's dot
 products and d sources), so a merge went through memory several times per source; at small widths
-the op count itself dominated chunked routing (docs/fast-routing.md). The kernel reads the mixture and each
+the op count itself dominated chunked routing (docs/explanation/fast-paths.md). The kernel reads the mixture and each
 source row once per token (and writes out once), keeping the row in L1 between its dot products and
 the weighted sum; with no inv given it computes the sources' inverse RMS in that same pass, so the
 scheme runs no `inv_rms` under "fused" (neither for the partial block sum nor for completed sources).

@@ -1,4 +1,4 @@
-"""Scaling-law fits: loss against training compute, with bootstrap intervals (docs/scaling.md).
+"""Scaling-law fits: loss against training compute, with bootstrap intervals (docs/explanation/scaling-law.md).
 
 Two laws, fitted by robust least squares on log loss (scipy's `least_squares`, soft-L1 loss):
 

@@ -1,5 +1,5 @@
 """The plan of a scaling sweep: every (size, seed, variant) run with its settings, parameters, tokens
-and training FLOPs, the share of each shard, and the dry run's table (docs/scaling.md)."""
+and training FLOPs, the share of each shard, and the dry run's table (docs/explanation/scaling-law.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Scaling presets: a grid of model sizes, the rules that derive each size's shape and token budget,
-the variants, and the base run every size shares (docs/scaling.md).
+the variants, and the base run every size shares (docs/explanation/scaling-law.md).
 
 A preset YAML holds `description`, `seeds`, `variants` (as `attnres compare` takes them), `sizes`
 (hidden_size and num_layers, optionally seeds and any shape field that departs from the rules),

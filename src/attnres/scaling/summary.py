@@ -1,5 +1,5 @@
 """The fit summary of a scaling sweep: per variant and law, the fit, its bootstrap intervals and bands,
-and every variant's compute advantage over standard (docs/scaling.md).
+and every variant's compute advantage over standard (docs/explanation/scaling-law.md).
 
 `summarize_sweep` turns the sweep's variants (each with its runs) into a JSON-ready dict that the
 report (`attnres.report.scaling_report`) only renders. The bootstrap is paired: one `bootstrap_fits`

@@ -1,5 +1,5 @@
 """`attnres scaling`: train the size grid of a preset for every variant, fit loss against compute, write
-the report (docs/scaling.md).
+the report (docs/explanation/scaling-law.md).
 
 Every run is an `attnres train` run: in this process (`attnres.train.train`, what `attnres train`
 calls), or, with a launcher such as "torchrun --nproc-per-node 8", as `<launcher> -m attnres train

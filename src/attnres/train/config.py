@@ -36,12 +36,12 @@ class TrainConfig:
     each sub-layer in backward (less memory, about one more forward of compute).
     query_init "normal" re-draws router queries from N(0, 0.02) at the start of a run (what public
     research code does by accident; both papers initialise them to zero, the default).
-    parallel (under torchrun; see docs/distributed.md): "ddp" (DistributedDataParallel), "fsdp"
+    parallel (under torchrun; see docs/how-to/scale-out.md): "ddp" (DistributedDataParallel), "fsdp"
     (FSDP2: parameters, gradients and optimizer state sharded), "none" (one process), or "auto"
     (ddp with more than one process, else none). batch_size stays the global batch of a
     micro-step: each of W ranks trains on batch_size / W of its rows. "pipeline" cuts the model
     into stages over the ranks instead (settings in `pipeline`: attnres.distributed's
-    PipelineSettings, see docs/pipeline.md): fp32 only, grad_accum 1, no compile, batch_size a multiple of
+    PipelineSettings, see docs/explanation/pipeline.md): fp32 only, grad_accum 1, no compile, batch_size a multiple of
     pipeline.num_microbatches.
     stability_window, loss_spike_mads, loss_spike_floor, grad_spike_ratio: how divergence events are
     counted (attnres.train.stability; they change nothing about training): a loss spike is a loss
@@ -120,7 +120,7 @@ class TrainConfig:
             self._check_pipeline()
 
     def _check_pipeline(self) -> None:
-        """What parallel='pipeline' does not support, refused by name (see docs/pipeline.md)."""
+        """What parallel='pipeline' does not support, refused by name (see docs/explanation/pipeline.md)."""
         if self.precision == "bf16":
             raise TrainConfigError(
                 "TrainConfig.precision='bf16' is not supported with parallel='pipeline' (stage payloads travel in "

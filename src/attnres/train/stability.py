@@ -22,7 +22,7 @@ window (MAD near 0, late in a run) from calling a rise of a few hundredths of a 
 gradient norm changes by large factors over a run, so its spike is a ratio to the median; r = 3
 (a tripled norm) is well above ordinary step-to-step variation.
 The defaults are TrainConfig's `stability_window`, `loss_spike_mads`, `loss_spike_floor` and
-`grad_spike_ratio` (docs/training.md).
+`grad_spike_ratio` (docs/how-to/train.md).
 
     monitor = StabilityMonitor(grad_clip=1.0)
     events = monitor.observe(loss=3.2, grad_norm=0.8)   # e.g. [] or ["loss_spike"]

@@ -5,7 +5,7 @@ routing diagnostics and checkpoints at their intervals.
 
 Inside an initialised process group (torchrun; see attnres.distributed) every rank runs the same
 trainer: train.parallel picks DDP or FSDP2 (each rank trains on its rows of every global batch) or
-a pipeline (each rank runs its stages on whole batches; docs/pipeline.md); rank 0 alone writes
+a pipeline (each rank runs its stages on whole batches; docs/explanation/pipeline.md); rank 0 alone writes
 logs and metrics. The parallel wrapper and the Checkpointer answer every question that depends on
 the parallel mode, so nothing below branches on it.
 """

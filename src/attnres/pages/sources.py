@@ -1,0 +1,112 @@
+"""The result files a page's figures come from, and the provenance line each generated table carries.
+
+`Results` reads the committed files under a repository's results/ folder and remembers which ones a
+block read, so a figure is never without its source file. `provenance` turns what a result file
+records about itself (its command, date, machine and code path) into the line under a table.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+RESULTS_DIR = "results"
+
+
+class ResultMissing(FileNotFoundError):
+    """A block needs a result file that is not there (the message names it and the block)."""
+
+
+class Results:
+    """Read-only access to `root`/results/*: JSON files parsed once; the paths each block reads."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._cache: dict[str, object] = {}
+        self.read: list[str] = []  # repository-relative paths read since the last `reset`
+
+    def reset(self) -> None:
+        self.read = []
+
+    def path(self, relative: str) -> Path:
+        """The file `results/relative`, recorded as read; ResultMissing when it does not exist."""
+        rel = f"{RESULTS_DIR}/{relative}"
+        path = self.root / rel
+        if not path.is_file():
+            raise ResultMissing(f"{rel} is missing")
+        if rel not in self.read:
+            self.read.append(rel)
+        return path
+
+    def json(self, relative: str):
+        """The parsed JSON file `results/relative`."""
+        path = self.path(relative)
+        if relative not in self._cache:
+            try:
+                self._cache[relative] = json.loads(path.read_text())
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{RESULTS_DIR}/{relative} is not valid JSON: {error}") from None
+        return self._cache[relative]
+
+    def jsonl(self, relative: str) -> list[dict]:
+        """The records of the JSON-lines file `results/relative`."""
+        return [json.loads(line) for line in self.path(relative).read_text().splitlines() if line.strip()]
+
+
+def cpu_words(machine: dict | None) -> str:
+    """'2 threads of an Intel Xeon (ATen AVX512, native bf16)' from a result's `machine` record."""
+    if not machine:
+        return "a CPU not recorded"
+    name = " ".join(str(machine.get("device_name") or "").replace("(R)", "").replace(" Processor", "").split())
+    name = f"an {name}" if name and name[0].upper() in "AEIOU" else f"a {name}" if name else "an unnamed CPU"
+    if str(machine.get("device", "cpu")).startswith("cuda"):
+        return f"{name} (CUDA)"
+    bf16 = {True: "native bf16", False: "bf16 emulated"}.get(machine.get("cpu_native_bf16"), "bf16 not recorded")
+    capability = machine.get("cpu_capability")
+    kernels = f"ATen {capability}" if capability else "ATen level not recorded"
+    threads = machine.get("threads")
+    who = f"{threads} thread{'s' if threads != 1 else ''} of {name}" if threads else name
+    return f"{who} ({kernels}, {bf16})"
+
+
+def recorded_code_path(result: dict) -> dict:
+    """A result's code path as recorded: its `code_path`, else the precision its run settings name
+    (older results did not record the routing implementation)."""
+    if result.get("code_path"):
+        return result["code_path"]
+    precision = ((result.get("settings") or {}).get("train") or {}).get("precision")
+    return {"precision": precision} if precision else {}
+
+
+def code_path_words(code_path: dict | None) -> str:
+    """'fp32, routing auto (fused)' from a result's precision and routing implementation."""
+    if not code_path:
+        return "code path not recorded"
+    precision = code_path.get("precision", "precision not recorded")
+    impl, resolved = code_path.get("routing_impl"), code_path.get("routing")
+    if impl is None:
+        return f"{precision}, routing implementation not recorded"
+    return f"{precision}, routing {impl}" + (f" ({resolved})" if resolved and resolved != impl else "")
+
+
+def moved_note(command: str | None, source: str) -> str:
+    """' (written to OUT, since moved)' when the command's --out is not the folder of `source`, a link
+    to the result file; empty otherwise."""
+    out = re.search(r"--out[ =](\S+)", command or "")
+    folder = re.search(r"\((?:\.\./)*(results/[^)]*)/[^/)]+\)", source)
+    if out and folder and out.group(1).rstrip("/") != folder.group(1):
+        return f" (written to `{out.group(1)}`, since moved)"
+    return ""
+
+
+def provenance(result: dict, source: str, *, code_path: dict | None = None, what: str = "Measured") -> str:
+    """The italic line under a generated table: command, date, CPU, code path, and `source` (a link to
+    the result file it came from)."""
+    command = result.get("command")
+    date = str(result.get("created", "date not recorded"))[:10]
+    parts = [f"{what} {date} on {cpu_words(result.get('machine'))}",
+             code_path_words(code_path if code_path is not None else recorded_code_path(result)),
+             f"torch {result['machine']['torch']}" if result.get("machine", {}).get("torch") else None]
+    by = f" by `{command}`{moved_note(command, source)}" if command else ""
+    return "*" + "; ".join(p for p in parts if p) + f"{by}. Source: {source}.*"
