@@ -19,7 +19,7 @@ def copy(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("repo")
     shutil.copy(ROOT / "README.md", root / "README.md")
     shutil.copytree(ROOT / "docs", root / "docs")
-    shutil.copytree(ROOT / "results", root / "results", ignore=shutil.ignore_patterns("*.png", "*.html", "*.log"))
+    shutil.copytree(ROOT / "results", root / "results", ignore=shutil.ignore_patterns("*.png", "*.html", "*.log", "runs"))
     return root
 
 
