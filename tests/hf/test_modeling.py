@@ -126,3 +126,17 @@ def test_from_pretrained_initialises_what_a_standard_checkpoint_lacks(tmp_path):
     ids = torch.randint(0, 64, (2, 9))
     with torch.no_grad():  # the gate at zero: the converted model is the standard one
         assert torch.allclose(model(ids).logits, standard(ids).logits, atol=1e-6)
+
+
+def test_forward_refuses_what_it_does_not_do_and_misspelt_keywords():
+    model = AttnResForCausalLM(AttnResConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
+                                             intermediate_size=64, residual="block_attnres", num_blocks=2)).eval()
+    ids = torch.randint(0, 64, (2, 5))
+    with pytest.raises(TypeError, match="lables"):
+        model(ids, lables=ids)  # a misspelt keyword is not silently ignored
+    with pytest.raises(ValueError, match="output_hidden_states"):
+        model(ids, output_hidden_states=True)
+    with pytest.raises(ValueError, match="inputs_embeds"):
+        model(inputs_embeds=torch.zeros(2, 5, 32))
+    full = model(ids, cache_position=torch.arange(5), return_dict=True, output_attentions=False).logits
+    assert torch.equal(model(ids, logits_to_keep=1).logits, full[:, -1:])

@@ -195,3 +195,27 @@ def test_tensorboard_events_are_written(write_config):
     train(load_run_config(path))
     events = list((tmp_dir(run) / "tensorboard").glob("events.out.tfevents.*"))
     assert events and events[0].stat().st_size > 0
+
+
+def test_deterministic_algorithms_hold_while_training_only(write_config):
+    """A library user's process keeps its own setting: training turns PyTorch's deterministic
+    algorithms on (a resumed run repeats its steps) and restores the setting after, also on error."""
+    import dataclasses
+
+    import torch
+
+    from attnres.train.trainer import Trainer
+
+    path, _ = write_config(steps=2)
+    trainer = Trainer(load_run_config(path))
+    assert not torch.are_deterministic_algorithms_enabled()  # setting up does not change it
+    seen = []
+    original = trainer.optimizer_step
+    trainer.optimizer_step = lambda: seen.append(torch.are_deterministic_algorithms_enabled()) or original()
+    trainer.fit()
+    assert seen == [True, True] and not torch.are_deterministic_algorithms_enabled()
+    trainer.optimizer_step = lambda: (_ for _ in ()).throw(RuntimeError("boom"))
+    trainer.cfg = dataclasses.replace(trainer.cfg, steps=3)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit()
+    assert not torch.are_deterministic_algorithms_enabled()

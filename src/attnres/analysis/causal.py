@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import spearmanr
 
+from attnres.common.evaluation import evaluating
 from attnres.model.decoder import AttnResLM
 
 ABLATIONS = ("zero", "mean")
@@ -136,23 +137,18 @@ def collect_causal_routing(model: AttnResLM, batches: Iterable[torch.Tensor], ro
     for kind in kinds:
         if kind not in ABLATIONS:
             raise ValueError(f"ablation kind must be one of {list(ABLATIONS)}, got {kind!r}")
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad(), _reference_routing(model):
-            clean = _mean_loss(model, batches)
-            mass = _routing_mass(model, batches)
-            results = []
-            for r in chosen:
-                effect = {kind: [] for kind in kinds}
-                for i in range(len(names[r])):
-                    for kind in kinds:
-                        with ablated_source(model, r, i, kind):
-                            effect[kind].append(_mean_loss(model, batches) - clean)
-                results.append(RouterCausality(r, list(names[r]), mass[r], effect,
-                                               {kind: rank_correlation(mass[r], effect[kind]) for kind in kinds}))
-    finally:
-        model.train(was_training)
+    with evaluating(model), _reference_routing(model):
+        clean = _mean_loss(model, batches)
+        mass = _routing_mass(model, batches)
+        results = []
+        for r in chosen:
+            effect = {kind: [] for kind in kinds}
+            for i in range(len(names[r])):
+                for kind in kinds:
+                    with ablated_source(model, r, i, kind):
+                        effect[kind].append(_mean_loss(model, batches) - clean)
+            results.append(RouterCausality(r, list(names[r]), mass[r], effect,
+                                           {kind: rank_correlation(mass[r], effect[kind]) for kind in kinds}))
     return clean, results
 
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from attnres.analysis.router_stats import routing_entropy
+from attnres.common.evaluation import evaluating
 from attnres.analysis.sharpness import mean_max_weight
 from attnres.model import AttnResLM
 
@@ -85,34 +86,26 @@ def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> De
 
     # h_s is what sub-layer s normalises, so a pre-hook on its norm sees exactly h_s; the final
     # norm's input is the hidden state after the last sub-layer (or the final router).
-    hooks = []
-    was_training = model.training
-    try:
+    with evaluating(model) as hooks:
         for i, layer in enumerate(model.layers):
             hooks.append(layer.input_layernorm.register_forward_pre_hook(acc.hook(2 * i)))
             hooks.append(layer.post_attention_layernorm.register_forward_pre_hook(acc.hook(2 * i + 1)))
         hooks.append(model.norm.register_forward_pre_hook(acc.hook(num_sublayers)))
-        model.eval()
-        with torch.no_grad():
-            for ids in batches:
-                routing = model(ids, return_routing=True).routing or []
-                if len(routing) != len(names):
-                    raise RuntimeError(f"model returned {len(routing)} routing tensors for {len(names)} routers")
-                n = ids.numel()
-                tokens += n
-                for r, w in enumerate(routing):
-                    weight_sums[r] += w.detach().double().sum(dim=(0, 1)).cpu()
-                    entropy = routing_entropy(w.detach()).double()
-                    entropy_sums[r] += float(entropy.sum())
-                    effective_sums[r] += float(entropy.exp().sum())  # = effective_sources(w)
-                # Per-batch token means, re-weighted by the batch's token count.
-                for r, value in enumerate(mean_max_weight(routing)):
-                    if value is not None:
-                        max_sums[r] += value * n
-    finally:
-        for handle in hooks:
-            handle.remove()
-        model.train(was_training)
+        for ids in batches:
+            routing = model(ids, return_routing=True).routing or []
+            if len(routing) != len(names):
+                raise RuntimeError(f"model returned {len(routing)} routing tensors for {len(names)} routers")
+            n = ids.numel()
+            tokens += n
+            for r, w in enumerate(routing):
+                weight_sums[r] += w.detach().double().sum(dim=(0, 1)).cpu()
+                entropy = routing_entropy(w.detach()).double()
+                entropy_sums[r] += float(entropy.sum())
+                effective_sums[r] += float(entropy.exp().sum())  # = effective_sources(w)
+            # Per-batch token means, re-weighted by the batch's token count.
+            for r, value in enumerate(mean_max_weight(routing)):
+                if value is not None:
+                    max_sums[r] += value * n
 
     if tokens == 0:
         raise ValueError("collect_depth_stats needs at least one non-empty batch")

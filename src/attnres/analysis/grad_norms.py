@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
+from attnres.common.evaluation import evaluating
 from attnres.model import AttnResLM
 
 
@@ -40,11 +41,9 @@ def collect_grad_norms(model: AttnResLM, batches: Iterable[torch.Tensor]) -> lis
         captured.append((s, delta))
         return original(s, state, delta)
 
-    was_training = model.training
     residual.after = capture
     try:
-        model.eval()
-        with torch.enable_grad():
+        with evaluating(model, grad=True):
             for ids in batches:
                 if ids.dim() != 2:
                     raise ValueError(f"batches must have shape (batch, seq_len), got {tuple(ids.shape)}")
@@ -70,7 +69,6 @@ def collect_grad_norms(model: AttnResLM, batches: Iterable[torch.Tensor]) -> lis
             del residual.after
         else:
             residual.after = own
-        model.train(was_training)
 
     if not any(count):
         raise ValueError("collect_grad_norms needs at least one batch with seq_len >= 2")

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from attnres.common.evaluation import evaluating
 from attnres.model import AttnResLM
 
 CHUNK_ELEMENTS = 1 << 24  # tokens are processed in chunks of at most this many stacked fp32 elements
@@ -82,23 +83,15 @@ def collect_source_cosines(model: AttnResLM, batches: Iterable[torch.Tensor]) ->
             calls[r] += 1
         return record
 
-    hooks = []
-    was_training = model.training
-    try:
+    with evaluating(model) as hooks:
         for r, router in enumerate(routers):
             hooks.append(router.register_forward_pre_hook(observer(r), with_kwargs=True))
-        model.eval()
-        with torch.no_grad():
-            for ids in batches:
-                before = list(calls)
-                model(ids)
-                if any(after != start + 1 for after, start in zip(calls, before)):
-                    raise RuntimeError("each router must be called exactly once per forward")
-                tokens += ids.numel()
-    finally:
-        for handle in hooks:
-            handle.remove()
-        model.train(was_training)
+        for ids in batches:
+            before = list(calls)
+            model(ids)
+            if any(after != start + 1 for after, start in zip(calls, before)):
+                raise RuntimeError("each router must be called exactly once per forward")
+            tokens += ids.numel()
 
     if tokens == 0:
         raise ValueError("collect_source_cosines needs at least one non-empty batch")

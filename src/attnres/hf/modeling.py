@@ -61,7 +61,9 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 position_ids: torch.LongTensor | None = None, cache=None, labels: torch.LongTensor | None = None,
                 use_cache: bool | None = None, return_routing: bool = False, past_key_values=None,
-                **unused) -> CausalLMOutputWithPast:
+                cache_position: torch.LongTensor | None = None, return_dict: bool | None = None,
+                output_attentions: bool | None = None, output_hidden_states: bool | None = None,
+                inputs_embeds: torch.Tensor | None = None, logits_to_keep: int = 0) -> CausalLMOutputWithPast:
         """input_ids (B, T) -> CausalLMOutputWithPast(loss, logits (B, T, V), cache).
 
         cache (transformers 5's name; `past_key_values` is accepted too): the KV cache of earlier
@@ -69,17 +71,28 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
         padded for `generate`, right padded for scoring, give every real token the logits of its
         sequence alone (see AttnResLM.forward). position_ids (B, T) or (1, T), as `generate` passes
         them, are used as given; `cache_position` is not needed (caches append in order) and ignored.
-        Labels at padding should be -100.
+        Labels at padding should be -100. logits_to_keep > 0 returns the logits of the last that many
+        positions only (the loss still covers every position). The other keywords transformers may
+        pass are accepted where they ask for what this model does and refused by name where they do
+        not (inputs_embeds, attentions, hidden states, a tuple output); a keyword it does not know,
+        a misspelt one included, is a TypeError.
         """
-        cache = cache if cache is not None else past_key_values
+        unsupported = {"inputs_embeds": inputs_embeds is not None, "output_attentions": bool(output_attentions),
+                       "output_hidden_states": bool(output_hidden_states), "return_dict=False": return_dict is False}
+        refused = [name for name, asked in unsupported.items() if asked]
+        if refused:
+            raise ValueError(f"AttnResForCausalLM does not support {', '.join(refused)}: it takes input_ids and "
+                             "returns logits, loss, the KV cache and, with return_routing=True, the routing weights")
         if input_ids is None:
-            raise ValueError("AttnResForCausalLM needs input_ids (inputs_embeds is not supported)")
+            raise ValueError("AttnResForCausalLM needs input_ids")
+        cache = cache if cache is not None else past_key_values
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
             cache = DynamicCache(config=self.config)
         out = self.model(input_ids, labels=labels, return_routing=return_routing, cache=cache if use_cache else None,
                          attention_mask=attention_mask, position_ids=position_ids)
-        result = CausalLMOutputWithPast(loss=out.loss, logits=out.logits, cache=cache if use_cache else None)
+        logits = out.logits[:, -logits_to_keep:] if logits_to_keep else out.logits
+        result = CausalLMOutputWithPast(loss=out.loss, logits=logits, cache=cache if use_cache else None)
         if return_routing:
             result["routing"] = out.routing
         return result

@@ -8,13 +8,12 @@ is in results.json (the input, its summary and the figure list).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
 from attnres.model.config import router_ablation_labels
 from attnres.report.compare_summary import BASELINE, run_depth_stats, summarize
-from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
+from attnres.report.document import compact, dumps_json, fmt, jsonable, render_html, render_markdown
 from attnres.report.names import slug, unique_name
 from attnres.train.config import TrainConfig
 
@@ -112,17 +111,13 @@ def stability_row(name: str, entry: dict) -> list[str]:
             per_seed_cell(entry.get("clip_rate_mean"), entry.get("clip_rate_by_seed") or [], ".1%", ".1%")]
 
 
-def _compact(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
-
-
 def _settings_rows(settings) -> list[list[str]]:
     if not isinstance(settings, dict):
-        return [["settings", _compact(settings)]]
+        return [["settings", compact(settings)]]
     rows = []
     for section, values in settings.items():
-        text = (", ".join(f"{k}={_compact(v)}" for k, v in values.items()) if isinstance(values, dict)
-                else _compact(values))
+        text = (", ".join(f"{k}={compact(v)}" for k, v in values.items()) if isinstance(values, dict)
+                else compact(values))
         rows.append([str(section), text])
     return rows
 

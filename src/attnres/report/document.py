@@ -21,6 +21,11 @@ def fmt(value, spec: str, suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
+def compact(value) -> str:
+    """A table cell for a setting: text as it is, anything else as compact JSON ({"a":1}, [12,24])."""
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
+
+
 def _md_cell(text: str) -> str:
     # A pipe would end the cell; < and > would be read as HTML by Markdown renderers.
     return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")

@@ -10,14 +10,13 @@ totals) under "tables", and the figure list under "figures".
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
 from attnres.report.compare_summary import BASELINE, cost_summary
-from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
+from attnres.report.document import compact, dumps_json, fmt, jsonable, render_html, render_markdown
 
 LAWS = ("saturating", "power")  # attnres.scaling.fit.LAWS, which this layer cannot import
 LAW_FORMULA = {"saturating": "L = A C^-alpha + E", "power": "L = A C^-alpha"}
@@ -213,10 +212,6 @@ def conclusion(results: dict) -> list[str]:
 
 
 # ---------------------------------------------------------------- tables
-
-def _compact(value) -> str:
-    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), default=str)
-
 
 SIZE_HEADER = ["size", "width", "layers", "heads", "kv heads", "FFN", "parameters", "total parameters", "tokens",
                "epochs", "steps", "FLOPs (standard)", "seeds"]
@@ -511,7 +506,7 @@ def _stability_blocks(tables: dict) -> list[tuple]:
 
 def _size_blocks(results: dict, tables: dict, baseline: str) -> list[tuple]:
     blocks = [("h2", "Rules"),
-              ("table", ["rule", "value"], [[str(k), _compact(v)] for k, v in (results.get("rules") or {}).items()],
+              ("table", ["rule", "value"], [[str(k), compact(v)] for k, v in (results.get("rules") or {}).items()],
                False),
               ("h2", "Sizes"), ("table", SIZE_HEADER, size_rows(results, tables, baseline), True)]
     ratios = tables["flops_vs_standard"]
@@ -596,7 +591,7 @@ def _machine_blocks(results: dict) -> list[tuple]:
     estimate = results.get("gpu_estimate")
     if isinstance(estimate, dict):
         blocks += [("p", "GPU estimate:"),
-                   ("table", ["item", "value"], [[str(k), _compact(v)] for k, v in estimate.items()], False)]
+                   ("table", ["item", "value"], [[str(k), compact(v)] for k, v in estimate.items()], False)]
     elif estimate:
         blocks.append(("p", f"GPU estimate: {estimate}"))
     return blocks

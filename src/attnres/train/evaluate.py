@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from attnres.checkpoint import Checkpoint, CheckpointError, latest_checkpoint, read_checkpoint
+from attnres.common.evaluation import evaluating
 from attnres.common.precision import autocast
 from attnres.data import PreparedData, eval_batches, prepare_data
 from attnres.distributed.checkpointer import restore_model
@@ -17,18 +18,16 @@ from attnres.train.init import build_model, load_initial_weights
 from attnres.train.run_config import RunConfig, RunConfigError, finetune_defaults, pretrained_model_fields
 
 
-@torch.no_grad()
 def evaluate(model: AttnResLM, batches: list[torch.Tensor], precision: str) -> float:
-    """Mean next-token loss over `batches` (each (B, T)), every batch weighted by its tokens."""
-    was_training = model.training
-    model.eval()
+    """Mean next-token loss over `batches` (each (B, T)), every batch weighted by its tokens; the
+    model's training flag is restored afterwards, also when a batch raises."""
     total, count = 0.0, 0
-    for batch in batches:
-        with autocast(batch.device, precision):
-            loss = model(batch, labels=batch).loss
-        tokens = batch.shape[0] * (batch.shape[1] - 1)
-        total, count = total + float(loss) * tokens, count + tokens
-    model.train(was_training)
+    with evaluating(model):
+        for batch in batches:
+            with autocast(batch.device, precision):
+                loss = model(batch, labels=batch).loss
+            tokens = batch.shape[0] * (batch.shape[1] - 1)
+            total, count = total + float(loss) * tokens, count + tokens
     return total / max(count, 1)
 
 

@@ -12,9 +12,10 @@ the parallel mode, so nothing below branches on it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,7 +95,6 @@ class Trainer:
         if self.main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(self.run.to_dict(), sort_keys=False))
-        torch.use_deterministic_algorithms(True, warn_only=True)
         # Rank 0 fills the token cache and writes the tokenizer; the other ranks then read the cache.
         self.data = main_first(lambda: prepare_data(self.run.data, run_dir=self.run_dir if self.main else None))
         self.model = self._starting_model(checkpoint)
@@ -166,24 +166,27 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         """Train from the current step to run.train.steps; returns the run's result (the whole model,
-        current on every rank, and the last validation loss)."""
+        current on every rank, and the last validation loss). It trains with PyTorch's deterministic
+        algorithms (`torch.use_deterministic_algorithms(True, warn_only=True)`: a resumed run repeats
+        its steps) and restores the process's previous setting when it returns or raises."""
         progress = tqdm(total=self.cfg.steps, initial=self.step, disable=not (self.cfg.progress and self.main),
                         unit="step", dynamic_ncols=True, desc="train")
-        try:
-            self.model.train()
-            while self.step < self.cfg.steps:
-                record = self.optimizer_step()
-                self._at_intervals(record)
-                progress.update(1)
-                progress.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
-                if self.on_step is not None:
-                    self.on_step(record)
-        finally:
-            progress.close()
-            self.metrics.close()
-        self.parallel.sync_parameters()  # the returned model is whole and current on every rank
-        if math.isnan(self.val_loss):  # resumed at the last step: nothing was trained, evaluate anyway
-            self.val_loss = self.evaluate()
+        with deterministic_algorithms():
+            try:
+                self.model.train()
+                while self.step < self.cfg.steps:
+                    record = self.optimizer_step()
+                    self._at_intervals(record)
+                    progress.update(1)
+                    progress.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
+                    if self.on_step is not None:
+                        self.on_step(record)
+            finally:
+                progress.close()
+                self.metrics.close()
+            self.parallel.sync_parameters()  # the returned model is whole and current on every rank
+            if math.isnan(self.val_loss):  # resumed at the last step: nothing was trained, evaluate anyway
+                self.val_loss = self.evaluate()
         return TrainResult(self.run_dir, self.model, self.data, self.val_loss, self.step_times)
 
     def optimizer_step(self) -> dict:
@@ -268,6 +271,18 @@ def check_compatible(saved: dict, run: RunConfig) -> None:
                                f"config {current['train'][key]!r}")
     if differences:
         raise CheckpointError("the checkpoint does not match this config: " + "; ".join(differences))
+
+
+@contextlib.contextmanager
+def deterministic_algorithms() -> Iterator[None]:
+    """PyTorch's deterministic algorithms (warn only) for the with-block; the process's previous
+    setting afterwards."""
+    enabled, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
 def _quiet(*args, **kwargs) -> None:
