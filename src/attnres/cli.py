@@ -202,6 +202,15 @@ def _analyze(args: argparse.Namespace) -> int:
 DEVICE_HELP = "cpu, cuda or cuda:N (default: %(default)s)"
 
 
+def _preset_help(kind: str) -> str:
+    """The --preset help of command `kind`, listing its bundled presets (read from the package, so it cannot
+    go stale)."""
+    from attnres.common.config_files import bundled_presets
+
+    return (f"a bundled preset (configs/{kind}/NAME.yaml: {', '.join(bundled_presets(kind))}) or a preset "
+            f"YAML path (default: %(default)s)")
+
+
 def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a config value, {example}; repeatable (default: none)")
@@ -211,25 +220,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
                              "(docs/how-to/scale-out.md) (default: %(default)s)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand; every option's help names its choices and default."""
-    from attnres import __version__
-    from attnres.bench.config import DEFAULT_PRESET, flag_arguments
-    from attnres.common.config_files import bundled_presets
-    from attnres.common.precision import PRECISIONS
-    from attnres.residual import VARIANTS
-
-    def preset_help(kind: str) -> str:  # read from the package, so the list cannot go stale
-        return (f"a bundled preset (configs/{kind}/NAME.yaml: {', '.join(bundled_presets(kind))}) or a preset "
-                f"YAML path (default: %(default)s)")
-
-    parser = argparse.ArgumentParser(prog="attnres", description="Depth routing residuals for language models.")
-    parser.add_argument("--version", action="version", version=f"attnres {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _compare_parser(sub) -> None:
     compare = sub.add_parser("compare", help="train every residual variant on the same data and write a report")
     compare.add_argument("--preset", default="default",
-                         help=preset_help("compare"))
+                         help=_preset_help("compare"))
     compare.add_argument("--seeds", type=int, default=None, help="seeds per variant (default: the preset's)")
     compare.add_argument("--out", default=None, help="report folder (default: reports/compare-PRESET)")
     compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -242,11 +236,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "(default: all runs, then the report)")
     compare.set_defaults(handler=_compare)
 
+
+def _scaling_parser(sub) -> None:
     scaling = sub.add_parser("scaling", help="train a grid of model sizes for every variant, fit loss against "
                                              "compute and report each variant's compute advantage "
                                              "(docs/how-to/scaling-sweep.md)")
     scaling.add_argument("--preset", default="cpu",
-                         help=preset_help("scaling"))
+                         help=_preset_help("scaling"))
     scaling.add_argument("--variants", nargs="+", default=None, metavar="NAME",
                          help="only these of the preset's variants, by name or residual; standard must be one "
                               "(default: all)")
@@ -276,11 +272,15 @@ def build_parser() -> argparse.ArgumentParser:
     scaling.add_argument("--device", default="cpu", help=DEVICE_HELP)
     scaling.set_defaults(handler=_scaling)
 
+
+def _train_parser(sub) -> None:
     train = sub.add_parser("train", help="train one model from a YAML config")
     train.add_argument("--config", required=True, help="YAML file with model, data and train sections (required)")
     _add_run_arguments(train, "e.g. --set model.residual=delta_block --set train.lr=1e-3")
     train.set_defaults(handler=_train)
 
+
+def _finetune_parser(sub) -> None:
     finetune = sub.add_parser("finetune", help="fine-tune a converted model (the Delta paper's recipe by default)")
     finetune.add_argument("init", help="a directory from `attnres convert` (or a training checkpoint)")
     finetune.add_argument("--config", default=None,
@@ -289,12 +289,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_arguments(finetune, "e.g. --set train.query_init=normal --set train.steps=300")
     finetune.set_defaults(handler=_finetune)
 
+
+def _eval_parser(sub) -> None:
     evaluate = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint (or a run's latest)")
     evaluate.add_argument("checkpoint", help="a checkpoint directory (runs/X/checkpoints/step_N) or a run directory")
     evaluate.add_argument("--max-batches", type=int, default=None,
                           help="held-out batches to evaluate (default: the run's train.eval_batches)")
     evaluate.add_argument("--device", default="cpu", help=DEVICE_HELP)
     evaluate.set_defaults(handler=_eval)
+
+
+def _convert_parser(sub) -> None:
+    from attnres.residual import VARIANTS
 
     convert = sub.add_parser("convert", help="convert a Hugging Face Qwen3/Qwen2/Llama/Mistral checkpoint")
     convert.add_argument("source", help="a local Hugging Face checkpoint directory (config.json + safetensors) "
@@ -315,6 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--out", required=True, help="output directory, new or empty (Hugging Face format; required)")
     convert.set_defaults(handler=_convert)
 
+
+def _lm_eval_parser(sub) -> None:
     lm_eval = sub.add_parser("lm-eval", help="lm-evaluation-harness on a Hugging Face-format attnres model")
     lm_eval.add_argument("model", help="a directory from `attnres convert`, or a training checkpoint directory")
     lm_eval.add_argument("--tasks", default="paper",
@@ -328,6 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     lm_eval.add_argument("--out", default=None, help="also write the results JSON here (default: print only)")
     lm_eval.add_argument("--device", default="cpu", help=DEVICE_HELP)
     lm_eval.set_defaults(handler=_lm_eval)
+
+
+def _generate_parser(sub) -> None:
+    from attnres.common.precision import PRECISIONS
 
     generate = sub.add_parser("generate", help="generate text from a Hugging Face-format attnres model with the "
                                                "static KV cache and compiled decode step; prints the text, then "
@@ -364,12 +376,16 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--device", default="cpu", help=DEVICE_HELP)
     generate.set_defaults(handler=_generate)
 
+
+def _bench_parser(sub) -> None:
+    from attnres.bench.config import DEFAULT_PRESET, flag_arguments
+
     bench = sub.add_parser("bench", help="time and memory of each variant against standard, a depth sweep and "
                                          "a router micro-benchmark; writes bench.md and bench.json",
                            description="Settings come from a preset, then --quick, then --set, then the flags "
                                        "below (the defaults shown are BenchConfig's; a preset may change them).")
     bench.add_argument("--preset", default=DEFAULT_PRESET,
-                       help=preset_help("bench"))
+                       help=_preset_help("bench"))
     bench.add_argument("--quick", action="store_true",
                        help="a tiny model, a run of seconds (configs/bench/overlays/quick.yaml over the preset)")
     bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -380,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--out", default=None, help="report folder (default: reports/bench-PRESET)")
     bench.set_defaults(handler=_bench)
 
+
+def _analyze_parser(sub) -> None:
     analyze = sub.add_parser("analyze", help="routing heatmaps, source cosines, RMS and gradient norm by depth of "
                                              "checkpoints on held-out batches; writes summary.md, index.html and "
                                              "analysis.json")
@@ -407,6 +425,22 @@ def build_parser() -> argparse.ArgumentParser:
                          help="with --data: tokens per sequence (default: min(max_seq_len, 256))")
     analyze.add_argument("--batch-size", type=int, default=4, help="with --data: sequences per batch (default: 4)")
     analyze.set_defaults(handler=_analyze)
+
+
+# One function a command, in the order `attnres --help` lists them.
+COMMAND_PARSERS = (_compare_parser, _scaling_parser, _train_parser, _finetune_parser, _eval_parser, _convert_parser,
+                   _lm_eval_parser, _generate_parser, _bench_parser, _analyze_parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand; every option's help names its choices and default."""
+    from attnres import __version__
+
+    parser = argparse.ArgumentParser(prog="attnres", description="Depth routing residuals for language models.")
+    parser.add_argument("--version", action="version", version=f"attnres {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add_command in COMMAND_PARSERS:
+        add_command(sub)
     return parser
 
 

@@ -6,17 +6,19 @@ from dataclasses import fields
 import pytest
 
 import attnres.bench
-from attnres.bench.config import (MIN_REPEATS, OPTION_NAMES, QUICK_VALUES, SETTING_NAMES, VARIANTS, BenchConfig,
-                                  available_presets, resolve_config)
+from attnres.bench.config import (MIN_REPEATS, OPTION_NAMES, QUICK_VALUES, SETTING_NAMES, BenchConfig,
+                                  available_presets, compared_variants, resolve_config)
 from attnres.bench.model_bench import model_shape, nearest_num_blocks
 from attnres.cli import build_parser, main
+from attnres.residual import VARIANTS, Variant, register_variant, unregister_variant
 
 
 def test_cpu_preset_is_the_targets_shape():
     config = resolve_config()
     assert (config.hidden_size, config.num_layers, config.seq_len) == (256, 24, 256)
     assert config.precision == "bf16" and config.device == "cpu" and config.routing_impl == "auto"
-    assert config.variants == VARIANTS and config.depths == (12, 24, 48)
+    assert config.variants == tuple(name for name in VARIANTS if name != "standard") == compared_variants()
+    assert config.depths == (12, 24, 48)
     assert config.repeats >= MIN_REPEATS
 
 
@@ -229,3 +231,32 @@ def test_cli_preset_file_and_set_errors(tmp_path, resolved, capsys):
     assert main(["bench", "--set", "width=3", "--out", str(tmp_path)]) == 2
     assert "--set: unknown bench settings ['width']" in capsys.readouterr().err
     assert "config" not in resolved
+
+
+class _EqualWeights(attnres.DepthMixer):
+    """A toy mixer for the variant table: the plain mean of the sources."""
+
+    def __init__(self, hidden_size, eps, gated=False):
+        super().__init__()
+
+    def forward(self, sources, need_weights=True):
+        return sum(sources) / len(sources), None
+
+
+@pytest.fixture
+def equal_weights_variant():
+    variant = register_variant(Variant("bench_equal_weights", "replace", "sublayers", "d", mixer=_EqualWeights))
+    yield variant
+    unregister_variant(variant.name)
+
+
+def test_a_registered_variant_is_benchmarked_by_default(equal_weights_variant, resolved, tmp_path, capsys):
+    # The default is read from the variant table when the config is made, not when the module was imported.
+    assert BenchConfig().variants[-1] == "bench_equal_weights"
+    assert resolve_config(quick=True).variants == compared_variants() and "bench_equal_weights" in compared_variants()
+    assert main(["bench", "--quick", "--out", str(tmp_path)]) == 0
+    assert "bench_equal_weights" in resolved["config"].variants
+    with pytest.raises(SystemExit):  # --help states the default, the registered variant included
+        main(["bench", "--help"])
+    assert "delta_block,denseformer,hyper_connections,mhc,bench_equal_weights)" in capsys.readouterr().out.replace(
+        "\n", "").replace(" ", "")

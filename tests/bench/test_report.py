@@ -7,7 +7,7 @@ import shlex
 import pytest
 
 import attnres.train.cost
-from attnres.bench.config import BASELINE, VARIANTS
+from attnres.bench.config import BASELINE, compared_variants
 from attnres.bench.report import format_markdown
 from attnres.cli import main
 
@@ -33,7 +33,7 @@ def test_quick_run_writes_markdown_and_json(tmp_path, capsys):
     assert results["config"]["hidden_size"] == 32 and results["config"]["repeats"] == 5
 
     variants = results["models"]["variants"]
-    assert list(variants) == [BASELINE, *VARIANTS]
+    assert list(variants) == [BASELINE, *compared_variants()]
     for name, row in variants.items():
         assert set(row["ratios"]) == RATIO_KEYS
         assert all(value is not None and value > 0 for value in row["ratios"].values())
@@ -46,7 +46,7 @@ def test_quick_run_writes_markdown_and_json(tmp_path, capsys):
 
     assert [entry["num_layers"] for entry in results["depth_sweep"]] == [1, 2]
     for entry in results["depth_sweep"]:
-        assert list(entry["variants"]) == [BASELINE, *VARIANTS]
+        assert list(entry["variants"]) == [BASELINE, *compared_variants()]
         assert all({"train_step", "peak_memory"} <= set(v["ratios"]) for v in entry["variants"].values())
 
     router = results["router"]

@@ -11,38 +11,42 @@ from __future__ import annotations
 import argparse
 import typing
 from collections.abc import Sequence
-from dataclasses import Field, asdict, dataclass, field, fields
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 
 from attnres.common.checks import check_bool, check_choice, check_int
 from attnres.common.config_files import bundled_config_dir, bundled_presets, parse_assignment, read_yaml_mapping
 from attnres.common.precision import PRECISIONS
-from attnres.model.config import RESIDUALS
 from attnres.residual import VARIANTS as residual_variants
 from attnres.routing import IMPLS
 
 BASELINE = "standard"
-VARIANTS = tuple(r for r in RESIDUALS if r != BASELINE)  # the default: every built-in variant against the baseline
 MIN_REPEATS = 5  # the issue asks for the median of at least 5 repeats
 DEFAULT_PRESET = "cpu"
 
 
-def compared_variants() -> list[str]:
-    """Every variant of the table now (registered ones included) except the baseline."""
-    return [name for name in residual_variants if name != BASELINE]
+def compared_variants() -> tuple[str, ...]:
+    """Every variant of the table now (registered ones included) except the baseline: the default of
+    `variants`, read when a BenchConfig is made, so a variant added with `register_variant` is measured."""
+    return tuple(name for name in residual_variants if name != BASELINE)
 
 
 def setting(default, help: str, flag: str | None = None, metavar: str | None = None):
-    """A BenchConfig field whose command-line flag (default `--field-name`) and help live in its metadata."""
-    return field(default=default, metadata={"flag": flag, "help": help, "metavar": metavar})
+    """A BenchConfig field whose command-line flag (default `--field-name`) and help live in its metadata.
+    A callable `default` is a factory, called for each new config (and for the help's default)."""
+    metadata = {"flag": flag, "help": help, "metavar": metavar}
+    if callable(default):
+        return field(default_factory=default, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
 class BenchConfig:
     """Sizes and settings of one benchmark run. Validated at construction (ValueError naming the flag).
 
-    Main comparison: `variants` (each against `standard`) at hidden_size x num_layers, batches of
-    batch_size x seq_len tokens, decode_tokens generated one at a time after a seq_len prompt.
+    Main comparison: `variants` (each against `standard`; default: every variant of the table when the
+    config is made, registered ones included) at hidden_size x num_layers, batches of batch_size x
+    seq_len tokens, decode_tokens generated one at a time after a seq_len prompt.
     Depth sweep: the same variants at each of `depths` layers, sweep_hidden wide, sweep_seq_len long
     (an empty tuple skips it). Router micro-benchmark: router_sources sources of shape
     (router_batch, seq_len, hidden_size). Timings are medians of `repeats` interleaved rounds after
@@ -54,8 +58,8 @@ class BenchConfig:
     """
 
     preset: str = setting(DEFAULT_PRESET, "a bundled preset name or a preset YAML path")
-    variants: tuple[str, ...] = setting(VARIANTS, "variants to compare with standard, space- or comma-separated",
-                                        metavar="VARIANT")
+    variants: tuple[str, ...] = setting(compared_variants, "variants to compare with standard, space- or "
+                                        "comma-separated", metavar="VARIANT")
     hidden_size: int = setting(256, "model width", flag="--hidden", metavar="D")
     num_layers: int = setting(24, "model depth", flag="--layers", metavar="L")
     seq_len: int = setting(256, "tokens per sequence and prompt length")
@@ -99,10 +103,10 @@ class BenchConfig:
             if getattr(self, name) % 2:
                 raise ValueError(f"{OPTION_NAMES[name]} must be even (RoPE rotates pairs), got {getattr(self, name)}")
         if not self.variants:
-            raise ValueError(f"--variants needs at least one of {compared_variants()}")
+            raise ValueError(f"--variants needs at least one of {list(compared_variants())}")
         for variant in self.variants:
             if variant not in compared_variants():
-                raise ValueError(f"--variants: unknown variant {variant!r}; allowed: {compared_variants()} "
+                raise ValueError(f"--variants: unknown variant {variant!r}; allowed: {list(compared_variants())} "
                                  f"({BASELINE!r} is always run as the baseline)")
         if len(set(self.variants)) != len(self.variants):
             raise ValueError(f"--variants lists a variant twice: {list(self.variants)}")
@@ -157,7 +161,7 @@ def flag_arguments() -> list[tuple[str, dict]]:
 
 
 def _help_text(spec: Field) -> str:
-    default = spec.default
+    default = spec.default if spec.default_factory is MISSING else spec.default_factory()
     if default is None:
         return spec.metadata["help"]
     shown = ",".join(str(v) for v in default) if isinstance(default, tuple) else default
