@@ -3,12 +3,17 @@
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import attnres
+from attnres import cli
 from attnres.cli import build_parser, main
+from attnres.common.errors import InputError
+from attnres.model import ConfigError
 from attnres.residual import VARIANTS
+from attnres.train import CheckpointError, RunConfigError, TrainingError
 
 
 def test_module_entry_point_runs():
@@ -64,3 +69,70 @@ def test_convert_lists_the_variants_and_takes_both_dtype_spellings():
     assert parser.parse_args(["src", "--out", "o", "--dtype", "bfloat16"]).dtype == "bf16"
     assert parser.parse_args(["src", "--out", "o", "--dtype", "bf16"]).dtype == "bf16"
     assert parser.parse_args(["src", "--out", "o"]).dtype == "fp32"
+
+
+CPU_TINY = str(Path(attnres.__file__).parent / "configs" / "cpu-tiny.yaml")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "--config", CPU_TINY, "--set", "model.num_blocks=5"], "ModelConfig.num_blocks=5 gives blocks of"),
+    (["train", "--config", CPU_TINY, "--set", "train.lr=-1"], "TrainConfig.lr must be a positive number, got -1"),
+    (["train", "--config", "absent.yaml"], "absent.yaml does not exist"),
+    (["compare", "--preset", "nosuch"], "unknown compare preset 'nosuch'"),
+    (["bench", "--repeats", "2"], "--repeats must be an integer >= 5"),
+    (["generate", "no/such/model", "--prompt", "Hi"], "MODEL 'no/such/model' is not a model directory"),
+])
+def test_bad_input_exits_2_with_one_line_naming_it(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing a run might write lands in the checkout
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"attnres {argv[0]}: error: ") and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err  # one line, no traceback
+
+
+def _raise(error):
+    def handler(args):
+        raise error
+    return handler
+
+
+def test_a_plain_value_error_in_a_handler_is_a_bug_and_keeps_its_traceback(monkeypatch, capsys):
+    # An internal ValueError (not an InputError) must not be turned into "bad input": it propagates.
+    monkeypatch.setattr(cli, "_bench", _raise(ValueError("an internal invariant broke")))
+    with pytest.raises(ValueError, match="an internal invariant broke") as raised:
+        main(["bench"])
+    assert not isinstance(raised.value, InputError)
+    assert capsys.readouterr().err == ""  # nothing printed as if it were the user's error
+
+
+def test_the_same_error_from_the_command_shows_a_traceback(tmp_path):
+    """End to end through `python -m attnres`: a bug exits 1 with Python's traceback."""
+    code = ("import sys, attnres.cli as cli\n"
+            "def broken(args):\n"
+            "    raise ValueError('an internal invariant broke')\n"
+            "cli._eval = broken\n"
+            "sys.exit(cli.main(['eval', 'anything']))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 1
+    assert "Traceback (most recent call last)" in result.stderr and "in broken" in result.stderr
+    assert result.stderr.rstrip().endswith("ValueError: an internal invariant broke")
+
+
+@pytest.mark.parametrize("error, code", [
+    (ConfigError("ModelConfig.num_layers must be a positive integer, got 0"), 2),
+    (RunConfigError("train.steps must be a positive integer, got 0"), 2),
+    (InputError("--prompt must be a non-empty text"), 2),
+    (CheckpointError("checkpoint runs/x is corrupt"), 1),
+    (TrainingError("non-finite loss at step 3"), 1),
+])
+def test_input_errors_exit_2_and_failed_runs_exit_1_in_one_line(monkeypatch, capsys, error, code):
+    monkeypatch.setattr(cli, "_eval", _raise(error))
+    assert main(["eval", "anything"]) == code
+    assert capsys.readouterr().err == f"attnres eval: error: {error}\n"
+
+
+def test_a_failed_run_is_a_bug_where_the_command_loads_no_checkpoints(monkeypatch):
+    # CheckpointError means a bad checkpoint only for the commands that load them; elsewhere it propagates.
+    monkeypatch.setattr(cli, "_bench", _raise(CheckpointError("unexpected")))
+    with pytest.raises(CheckpointError):
+        main(["bench"])

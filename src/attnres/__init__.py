@@ -4,10 +4,11 @@
     build_residual("delta_block", num_layers=12, hidden_size=768, num_blocks=4)  # drop-in for your own loop
 """
 
+from attnres.common.errors import InputError
 from attnres.model import AttnResLM, CausalLMOutput, ConfigError, ModelConfig
 from attnres.residual import ResidualScheme, Variant, build_residual, register_variant
 from attnres.routing import DepthMixer
 
-__all__ = ["AttnResLM", "CausalLMOutput", "ConfigError", "DepthMixer", "ModelConfig", "ResidualScheme", "Variant",
-           "build_residual", "register_variant"]
+__all__ = ["AttnResLM", "CausalLMOutput", "ConfigError", "DepthMixer", "InputError", "ModelConfig", "ResidualScheme",
+           "Variant", "build_residual", "register_variant"]
 __version__ = "0.1.0"

@@ -1,4 +1,17 @@
-"""The `attnres` command line: thin argument parsing over the packages."""
+"""The `attnres` command line: thin argument parsing over the packages.
+
+`build_parser` assembles one small parser function per command (`_train_parser`, ...); `main` runs the
+command's handler and turns errors into exit codes:
+
+- 0: done.
+- 2: bad input. argparse's own errors, and any `attnres.common.errors.InputError` (ConfigError,
+  RunConfigError, DataError, ConversionError, ...: a config value, an argument, a file the user named),
+  printed as one line, "attnres COMMAND: error: MESSAGE", without a traceback.
+- 1: a run that failed: CheckpointError (a missing, corrupt or mismatched checkpoint) and TrainingError
+  (a non-finite loss), one line as well, for the commands that train or load checkpoints.
+- Anything else, a plain ValueError included, is a bug in attnres (or in a library under it): it is not
+  caught, so Python prints its traceback and exits 1.
+"""
 
 from __future__ import annotations
 
@@ -133,19 +146,20 @@ def _generate(args: argparse.Namespace) -> int:
     import torch
 
     from attnres.common.checks import check_int
+    from attnres.common.errors import InputError
     from attnres.hf.fast_generation import load_model_dir
 
     check_int(args.max_new_tokens, "--max-new-tokens")
     check_int(args.threads, "--threads", allow_none=True)
     if not args.prompt:
-        raise ValueError("--prompt must be a non-empty text")
+        raise InputError("--prompt must be a non-empty text")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model_dir(args.model, args.device)
     text = args.prompt
     if args.chat:
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(f"--chat: the tokenizer of {args.model} has no chat template; drop --chat")
+            raise InputError(f"--chat: the tokenizer of {args.model} has no chat template; drop --chat")
         text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                              add_generation_prompt=True)
     ids = tokenizer(text, return_tensors="pt")["input_ids"].to(args.device)
@@ -153,7 +167,7 @@ def _generate(args: argparse.Namespace) -> int:
     given = [flag for flag, value in (("--temperature", args.temperature), ("--top-k", args.top_k),
                                       ("--top-p", args.top_p), ("--seed", args.seed)) if value is not None]
     if given and not args.sample:
-        raise ValueError(f"{', '.join(given)} only apply with --sample (greedy decoding has no randomness)")
+        raise InputError(f"{', '.join(given)} only apply with --sample (greedy decoding has no randomness)")
     if args.sample:
         if args.seed is not None:
             torch.manual_seed(args.seed)
@@ -445,7 +459,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the `attnres` command: exit 0 on success, 2 for bad input, 1 for a failed run."""
+    """Entry point of the `attnres` command: exit 0 on success, 2 for bad input, 1 for a failed run; any
+    other exception is a bug and propagates with its traceback (module docstring)."""
+    from attnres.common.errors import InputError
+
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
@@ -456,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         failures = (CheckpointError, TrainingError)
     try:
         return args.handler(args)
-    except ValueError as error:  # configs, data and arguments: the user's input
+    except InputError as error:  # configs, data, files and arguments: the user's input
         print(f"attnres {args.command}: error: {error}", file=sys.stderr)
         return 2
     except failures as error:  # corrupt or mismatched checkpoints, non-finite losses

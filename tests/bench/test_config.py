@@ -10,6 +10,7 @@ from attnres.bench.config import (MIN_REPEATS, OPTION_NAMES, QUICK_VALUES, SETTI
                                   available_presets, compared_variants, resolve_config)
 from attnres.bench.model_bench import model_shape, nearest_num_blocks
 from attnres.cli import build_parser, main
+from attnres.common.errors import InputError
 from attnres.residual import VARIANTS, Variant, register_variant, unregister_variant
 
 
@@ -55,17 +56,17 @@ def test_paper_gpu_preset_runs_on_cuda():
     ({"compiled_decode": "yes"}, "--compiled-decode must be true or false, got 'yes'"),
 ])
 def test_invalid_settings_name_the_option(overrides, message):
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(InputError) as error:
         resolve_config(**overrides)
     assert message in str(error.value)
 
 
 def test_unknown_preset_and_setting():
-    with pytest.raises(ValueError, match=r"--preset must be one of \['cpu', 'paper-gpu'\], got 'big'"):
+    with pytest.raises(InputError, match=r"--preset must be one of \['cpu', 'paper-gpu'\], got 'big'"):
         resolve_config("big")
-    with pytest.raises(ValueError, match="unknown bench settings"):
+    with pytest.raises(InputError, match="unknown bench settings"):
         resolve_config(width=3)
-    with pytest.raises(ValueError, match="--preset"):
+    with pytest.raises(InputError, match="--preset"):
         BenchConfig(preset="gpu")
 
 
@@ -128,13 +129,13 @@ def test_preset_yaml_file(tmp_path):
 ])
 def test_preset_yaml_errors(tmp_path, text, message):
     path = _write(tmp_path / "bad.yaml", text)
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(InputError) as error:
         resolve_config(path)
     assert message in str(error.value)
 
 
 def test_missing_preset_file(tmp_path):
-    with pytest.raises(ValueError, match="does not exist"):
+    with pytest.raises(InputError, match="does not exist"):
         resolve_config(str(tmp_path / "absent.yaml"))
 
 
@@ -155,7 +156,7 @@ def test_set_values_are_yaml():
     (["repeats=five"], "--repeats must be an integer >= 5"),
 ])
 def test_set_errors(items, message):
-    with pytest.raises(ValueError) as error:
+    with pytest.raises(InputError) as error:
         resolve_config(set_args=items)
     assert message in str(error.value)
     if "unknown" in message:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from attnres.common.checks import check_bool, check_choice, check_int
 from attnres.common.config_files import bundled_config_dir, bundled_presets, parse_assignment, read_yaml_mapping
+from attnres.common.errors import InputError
 from attnres.common.precision import PRECISIONS
 from attnres.residual import VARIANTS as residual_variants
 from attnres.routing import IMPLS
@@ -42,7 +43,7 @@ def setting(default, help: str, flag: str | None = None, metavar: str | None = N
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """Sizes and settings of one benchmark run. Validated at construction (ValueError naming the flag).
+    """Sizes and settings of one benchmark run. Validated at construction (InputError naming the flag).
 
     Main comparison: `variants` (each against `standard`; default: every variant of the table when the
     config is made, registered ones included) at hidden_size x num_layers, batches of batch_size x
@@ -101,22 +102,22 @@ class BenchConfig:
                   why=f" (the benchmark reports the median of at least {MIN_REPEATS} repeats)")
         for name in ("hidden_size", "sweep_hidden"):
             if getattr(self, name) % 2:
-                raise ValueError(f"{OPTION_NAMES[name]} must be even (RoPE rotates pairs), got {getattr(self, name)}")
+                raise InputError(f"{OPTION_NAMES[name]} must be even (RoPE rotates pairs), got {getattr(self, name)}")
         if not self.variants:
-            raise ValueError(f"--variants needs at least one of {list(compared_variants())}")
+            raise InputError(f"--variants needs at least one of {list(compared_variants())}")
         for variant in self.variants:
             if variant not in compared_variants():
-                raise ValueError(f"--variants: unknown variant {variant!r}; allowed: {list(compared_variants())} "
+                raise InputError(f"--variants: unknown variant {variant!r}; allowed: {list(compared_variants())} "
                                  f"({BASELINE!r} is always run as the baseline)")
         if len(set(self.variants)) != len(self.variants):
-            raise ValueError(f"--variants lists a variant twice: {list(self.variants)}")
+            raise InputError(f"--variants lists a variant twice: {list(self.variants)}")
         for depth in self.depths:
             check_int(depth, f"{OPTION_NAMES['depths']}: every depth")
         check_choice(self.precision, OPTION_NAMES["precision"], PRECISIONS)
         check_choice(self.routing_impl, OPTION_NAMES["routing_impl"], IMPLS)
         if not (isinstance(self.device, str)
                 and (self.device in ("cpu", "cuda") or self.device.startswith("cuda:"))):
-            raise ValueError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+            raise InputError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict of every field (tuples as lists)."""
@@ -185,19 +186,19 @@ def is_preset_path(preset: str) -> bool:
 
 
 def check_preset(preset: object) -> None:
-    """ValueError unless `preset` is a bundled preset name or a path to a YAML file."""
+    """InputError unless `preset` is a bundled preset name or a path to a YAML file."""
     if isinstance(preset, str) and (is_preset_path(preset) or preset in available_presets()):
         return
-    raise ValueError(f"--preset must be one of {available_presets()}, got {preset!r} "
+    raise InputError(f"--preset must be one of {available_presets()}, got {preset!r} "
                      f"(or give a path to a preset YAML file)")
 
 
 def preset_path(preset: str) -> Path:
-    """The YAML file of a bundled preset name or a preset path; ValueError when there is none."""
+    """The YAML file of a bundled preset name or a preset path; InputError when there is none."""
     check_preset(preset)
     path = Path(preset) if is_preset_path(preset) else preset_dir() / f"{preset}.yaml"
     if not path.is_file():
-        raise ValueError(f"--preset: preset file {path} does not exist")
+        raise InputError(f"--preset: preset file {path} does not exist")
     return path
 
 
@@ -218,7 +219,7 @@ def parse_set_args(items: Sequence[str]) -> dict:
 def _check_names(values: dict, source: str) -> None:
     unknown = sorted(set(values) - set(SETTING_NAMES), key=str)
     if unknown:
-        raise ValueError(f"{source}: unknown bench settings {unknown}; allowed: {sorted(SETTING_NAMES)}")
+        raise InputError(f"{source}: unknown bench settings {unknown}; allowed: {sorted(SETTING_NAMES)}")
 
 
 # --quick: a tiny model and few tokens, a run of seconds (see the overlay file for the values).
@@ -236,7 +237,7 @@ def resolve_config(preset: str = DEFAULT_PRESET, quick: bool = False, set_args: 
     """
     unknown = sorted(set(overrides) - set(SETTING_NAMES))
     if unknown:
-        raise ValueError(f"unknown bench settings {unknown}; allowed: {sorted(SETTING_NAMES)}")
+        raise InputError(f"unknown bench settings {unknown}; allowed: {sorted(SETTING_NAMES)}")
     values = {**load_settings(preset_path(preset)), **(QUICK_VALUES if quick else {}), **parse_set_args(set_args)}
     values.update({k: v for k, v in overrides.items() if v is not None})
     if "variants" in values:
@@ -249,7 +250,7 @@ def resolve_config(preset: str = DEFAULT_PRESET, quick: bool = False, set_args: 
 def parse_names(value) -> tuple[str, ...]:
     """'a,b' or ['a', 'b,c'] -> ('a', 'b', 'c'); blanks dropped."""
     if not isinstance(value, (str, list, tuple)):
-        raise ValueError(f"--variants must be variant names like block_attnres,delta_block, got {value!r}")
+        raise InputError(f"--variants must be variant names like block_attnres,delta_block, got {value!r}")
     items = [value] if isinstance(value, str) else list(value)
     return tuple(name.strip() for item in items for name in str(item).split(",") if name.strip())
 
@@ -274,5 +275,5 @@ def _parse_depth(part, whole):
     try:
         return int(part)
     except ValueError:
-        raise ValueError(f"--depths must be comma-separated positive integers like 12,24,48 (or 'none'), "
+        raise InputError(f"--depths must be comma-separated positive integers like 12,24,48 (or 'none'), "
                          f"got {whole!r}") from None

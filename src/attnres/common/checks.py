@@ -1,13 +1,15 @@
 """Value checks for configs and options: one wording for every "must be ..., got ..." error.
 
-Each check raises `error` (the caller's own ValueError subclass) with a message that starts with
-`name`, so the message names what the user wrote: "ModelConfig.num_layers", "--repeats",
-"train.pipeline.cache", ...
+Each check raises `error` (by default `InputError`; a caller passes its own subclass of it) with a
+message that starts with `name`, so the message names what the user wrote: "ModelConfig.num_layers",
+"--repeats", "train.pipeline.cache", ...
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+from attnres.common.errors import InputError
 
 
 def is_int(value: object) -> bool:
@@ -21,7 +23,7 @@ def is_number(value: object) -> bool:
 
 
 def check_int(value: object, name: str, *, minimum: int = 1, allow_none: bool = False, why: str = "",
-              error: type[Exception] = ValueError) -> None:
+              error: type[Exception] = InputError) -> None:
     """Raise `error` unless `value` is an integer >= minimum (or None when allow_none).
 
     "<name> must be a positive integer, got 0" (minimum 1), "<name> must be an integer >= 5<why>, got 3".
@@ -34,14 +36,14 @@ def check_int(value: object, name: str, *, minimum: int = 1, allow_none: bool = 
     raise error(f"{name} must be {'None or ' if allow_none else ''}{kind}{why}, got {value!r}")
 
 
-def check_positive_number(value: object, name: str, *, error: type[Exception] = ValueError) -> None:
+def check_positive_number(value: object, name: str, *, error: type[Exception] = InputError) -> None:
     """Raise `error` unless `value` is a number > 0: "<name> must be a positive number, got -1"."""
     if not (is_number(value) and value > 0):
         raise error(f"{name} must be a positive number, got {value!r}")
 
 
 def check_choice(value: object, name: str, choices: Iterable, *, allow_none: bool = False,
-                 error: type[Exception] = ValueError) -> None:
+                 error: type[Exception] = InputError) -> None:
     """Raise `error` unless `value` is one of `choices`: "<name> must be one of ['a', 'b'], got 'c'"."""
     choices = list(choices)
     if (value is None and allow_none) or value in choices:
@@ -49,7 +51,7 @@ def check_choice(value: object, name: str, choices: Iterable, *, allow_none: boo
     raise error(f"{name} must be {'None or ' if allow_none else ''}one of {choices}, got {value!r}")
 
 
-def check_bool(value: object, name: str, *, error: type[Exception] = ValueError, yaml: bool = False) -> None:
+def check_bool(value: object, name: str, *, error: type[Exception] = InputError, yaml: bool = False) -> None:
     """Raise `error` unless `value` is a bool: "<name> must be True or False" (YAML spelling with yaml=True)."""
     if not isinstance(value, bool):
         words = "true or false" if yaml else "True or False"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from attnres.common.errors import InputError
+
 
 def bundled_config_dir(kind: str) -> Path:
     """Where the bundled presets of a command live: `configs/<kind>/` in the package (e.g. "compare")."""
@@ -21,7 +23,7 @@ def bundled_presets(kind: str) -> list[str]:
 
 
 def read_yaml_mapping(path: str | os.PathLike[str], what: str, expected: str = "a mapping",
-                      error: type[Exception] = ValueError) -> dict:
+                      error: type[Exception] = InputError) -> dict:
     """The mapping YAML file `path` holds ({} for an empty file). Raises `error` naming `what` and the
     path when the file is missing, is not YAML, or does not hold a mapping (described by `expected`)."""
     path = Path(path)
@@ -29,14 +31,14 @@ def read_yaml_mapping(path: str | os.PathLike[str], what: str, expected: str = "
         raise error(f"{what} {path} does not exist")
     try:
         values = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as problem:
+    except (yaml.YAMLError, UnicodeDecodeError) as problem:
         raise error(f"{what} {path} is not valid YAML: {problem}") from None
     if not isinstance(values, dict):
         raise error(f"{what} {path} must hold {expected}, got {values!r}")
     return values
 
 
-def parse_assignment(item: str, what: str, example: str, error: type[Exception] = ValueError) -> tuple[str, object]:
+def parse_assignment(item: str, what: str, example: str, error: type[Exception] = InputError) -> tuple[str, object]:
     """'key=value' -> (key, value parsed as YAML; "" when empty). Raises `error` ("<what> 'item' must look
     like <example>") for text without a key and "=", or a value that is not valid YAML."""
     key, sep, raw = item.partition("=")
@@ -50,7 +52,7 @@ def parse_assignment(item: str, what: str, example: str, error: type[Exception] 
 
 
 def read_preset(kind: str, name_or_path: str, keys: tuple[str, ...], expected: str,
-                error: type[Exception] = ValueError) -> tuple[Path, dict]:
+                error: type[Exception] = InputError) -> tuple[Path, dict]:
     """(path, mapping) of a preset of command `kind`: a bundled name (`configs/<kind>/NAME.yaml`) or a
     YAML path. Raises `error` for an unknown name (listing the bundled ones), a file that is not a
     mapping (`expected` describes one) and keys outside `keys`."""
@@ -68,7 +70,7 @@ def read_preset(kind: str, name_or_path: str, keys: tuple[str, ...], expected: s
 
 
 def prefixed_overrides(overrides, prefix: str, example: str,
-                       error: type[Exception] = ValueError) -> tuple[dict, list[str]]:
+                       error: type[Exception] = InputError) -> tuple[dict, list[str]]:
     """Split `key=value` overrides into those starting with `prefix` (e.g. "cost."), parsed into
     {key without the prefix: value}, and the rest, as given."""
     mine = [item for item in overrides if item.strip().startswith(prefix)]

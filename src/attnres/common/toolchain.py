@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import shutil
 
+from attnres.common.errors import InputError
+
 INSTALL_HINT = "install g++ (Debian/Ubuntu: apt-get install g++)"
 
 
@@ -42,12 +44,12 @@ def missing(default: str) -> str:
 
 
 def require_inductor_compiler(what: str, instead: str) -> None:
-    """Raise ValueError, one line, when torch.compile's inductor has no compiler for CPU code.
+    """Raise InputError, one line, when torch.compile's inductor has no compiler for CPU code.
 
     what: the feature that compiles ("the compiled decode step"); instead: how to do without ("...").
     """
     if inductor_compiler() is None:
-        raise ValueError(f"{what} is compiled by torch.compile's inductor, which on CPU needs a C++ compiler "
+        raise InputError(f"{what} is compiled by torch.compile's inductor, which on CPU needs a C++ compiler "
                          f"({missing('g++')}); {INSTALL_HINT}, or {instead}")
 
 

@@ -86,7 +86,7 @@ def measure_costs(runs: dict[str, RunConfig], vocab_size: int, settings: CostSet
     device = torch.device(device)
     names = sorted(runs, key=lambda name: runs[name].model.get("residual") != BASELINE)  # standard first
     if [runs[n].model.get("residual") for n in names].count(BASELINE) != 1:
-        raise ValueError(f"the cost measurement needs exactly one {BASELINE!r} run, got {names}")
+        raise RunConfigError(f"the cost measurement needs exactly one {BASELINE!r} run, got {names}")
     base = runs[names[0]].train
     generator = torch.Generator().manual_seed(settings.seed)
     batch = torch.randint(0, vocab_size, (base.batch_size, base.seq_len), generator=generator).to(device)

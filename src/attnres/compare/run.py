@@ -14,6 +14,7 @@ import torch
 from attnres.analysis import collect_depth_stats
 from attnres.checkpoint import checkpoint_dirs
 from attnres.common.atomic import write_atomic
+from attnres.common.errors import InputError
 from attnres.common.machine import machine_info
 from attnres.compare.cost import measure_costs
 from attnres.compare.presets import ComparePreset, variant_run, variant_slug
@@ -63,7 +64,7 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
     """
     index, count = shard
     if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
-        raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}")
+        raise InputError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}")
     out_dir = Path(out_dir)
     seed_list = list(range(seeds or preset.seeds))
     variants = [{"name": variant_name(v), **v, "runs": []} for v in preset.variants]

@@ -20,6 +20,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from attnres.common.checks import check_bool, check_choice, check_int, is_int
+from attnres.common.errors import InputError
 from attnres.model.config import ModelConfig
 from attnres.residual import VARIANTS, source_policy
 
@@ -27,7 +28,7 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")
 SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b")
 
 
-class PipelineConfigError(ValueError):
+class PipelineConfigError(InputError):
     """An invalid pipeline setting; the message names the field and the allowed values."""
 
 

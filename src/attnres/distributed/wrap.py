@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from attnres.common.errors import InputError
 from attnres.distributed.data_parallel import wrap_data_parallel
 from attnres.distributed.env import DistributedEnv
 from attnres.distributed.pipeline_layout import PipelineSettings
@@ -21,5 +22,5 @@ def wrap_model(model: AttnResLM, mode: str, env: DistributedEnv | None, step: St
         settings = pipeline or PipelineSettings()
         return wrap_pipeline(model, settings.with_shapes(step.batch_size // settings.num_microbatches, step.seq_len))
     if mode not in PARALLEL_MODES:
-        raise ValueError(f"wrap_model: mode must be one of {list(PARALLEL_MODES)}, got {mode!r}")
+        raise InputError(f"wrap_model: mode must be one of {list(PARALLEL_MODES)}, got {mode!r}")
     return wrap_data_parallel(model, mode, env, step)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from attnres.common.errors import InputError
 from attnres.model.generation import GREEDY, FastGenerator, GenerationResult, Sampling
 
 # Options the fast loop implements; every other generation option must keep transformers' default.
@@ -50,10 +51,10 @@ def generate_fast(model, inputs=None, generation_config: GenerationConfig | None
     model_kwargs.pop("input_ids", None)
     attention_mask = model_kwargs.pop("attention_mask", None)
     if input_ids is None:
-        raise ValueError("generate with cache_implementation='static' needs input_ids (a (batch, seq_len) tensor)")
+        raise InputError("generate with cache_implementation='static' needs input_ids (a (batch, seq_len) tensor)")
     unsupported = sorted(key for key, value in model_kwargs.items() if value is not None)
     if unsupported:
-        raise ValueError(f"generate with cache_implementation='static' (attnres's compiled decoding) does not take "
+        raise InputError(f"generate with cache_implementation='static' (attnres's compiled decoding) does not take "
                          f"{unsupported}; drop them, or drop cache_implementation for transformers' own loop")
     _check_options(config)
     batch, prompt = input_ids.shape if input_ids.dim() == 2 else (None, None)
@@ -92,7 +93,7 @@ def fast_generator(model, config: GenerationConfig) -> FastGenerator:
 
 
 def _check_options(config: GenerationConfig) -> None:
-    """ValueError naming every option set away from transformers' default that the fast loop does not do."""
+    """InputError naming every option set away from transformers' default that the fast loop does not do."""
     reference = GenerationConfig()
     reference.update(**GenerationConfig._get_default_generation_params(), defaults_only=True)
     expected = reference.to_dict()
@@ -101,7 +102,7 @@ def _check_options(config: GenerationConfig) -> None:
     if config.use_cache is False:
         wrong.append("use_cache")
     if wrong:
-        raise ValueError(f"generate with cache_implementation='static' (attnres's compiled decoding) does greedy "
+        raise InputError(f"generate with cache_implementation='static' (attnres's compiled decoding) does greedy "
                          f"and sampled decoding (do_sample, temperature, top_k, top_p, min_new_tokens, end tokens) "
                          f"only; these options are set: "
                          f"{ {key: getattr(config, key) for key in sorted(wrong)} }; leave them at their defaults, "
@@ -121,32 +122,32 @@ def _max_new_tokens(model, config: GenerationConfig, kwargs: dict, given: Genera
     else:
         total = config.max_length
     if total <= prompt:
-        raise ValueError(f"max_length={total} leaves no room after the prompt's {prompt} tokens; "
+        raise InputError(f"max_length={total} leaves no room after the prompt's {prompt} tokens; "
                          f"set max_new_tokens")
     return total - prompt
 
 
 def load_model_dir(model_dir, device: str = "cpu"):
     """(AttnResForCausalLM in eval mode on `device`, its tokenizer) from a directory written by
-    `attnres convert` or a training checkpoint; ValueError saying what is missing otherwise."""
+    `attnres convert` or a training checkpoint; InputError saying what is missing otherwise."""
     path = Path(model_dir)
     config_path = path / "config.json"
     if not config_path.is_file():
-        raise ValueError(f"MODEL {str(path)!r} is not a model directory (no config.json); give a directory written "
+        raise InputError(f"MODEL {str(path)!r} is not a model directory (no config.json); give a directory written "
                          f"by `attnres convert` or a training checkpoint (runs/X/checkpoints/step_N)")
     try:
         model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
-        raise ValueError(f"MODEL {str(path)!r}: config.json is not a JSON object ({error})") from None
+        raise InputError(f"MODEL {str(path)!r}: config.json is not a JSON object ({error})") from None
     if model_type != "attnres":
-        raise ValueError(f"MODEL {str(path)!r} holds a {model_type!r} model, not an attnres one; convert it first: "
+        raise InputError(f"MODEL {str(path)!r} holds a {model_type!r} model, not an attnres one; convert it first: "
                          f"attnres convert {path} --out DIR")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     except (OSError, ValueError) as error:
-        raise ValueError(f"MODEL {str(path)!r}: no tokenizer could be loaded from it ({error})") from None
+        raise InputError(f"MODEL {str(path)!r}: no tokenizer could be loaded from it ({error})") from None
     try:
         model = AutoModelForCausalLM.from_pretrained(path)
     except OSError as error:
-        raise ValueError(f"MODEL {str(path)!r}: its weights could not be loaded ({error})") from None
+        raise InputError(f"MODEL {str(path)!r}: its weights could not be loaded ({error})") from None
     return model.to(device).eval(), tokenizer

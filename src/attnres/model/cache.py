@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from attnres.common.checks import check_int
+from attnres.common.errors import InputError
 
 MIN_CAPACITY = 64
 
@@ -61,7 +62,7 @@ class KVCache:
         """Reallocate layer `layer_idx`'s buffers to hold at least `needed` positions, keeping the filled part."""
         if self.max_len is not None:
             if needed > self.max_len:
-                raise ValueError(f"KVCache holds at most max_len={self.max_len} positions, {needed} were asked for")
+                raise InputError(f"KVCache holds at most max_len={self.max_len} positions, {needed} were asked for")
             capacity = self.max_len
         else:
             capacity = max(MIN_CAPACITY, 1 << (needed - 1).bit_length())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number
+from attnres.common.errors import InputError
 from attnres.residual import (STREAM_OPTIONS, VARIANTS, check_chunk_size, check_residual, check_router_options,
                               check_stream_options, router_options, stream_options, valid_num_blocks)
 from attnres.routing import IMPLS
@@ -28,7 +29,7 @@ DENSEFORMER_FIELDS = ("denseformer_dilation", "denseformer_period")
 STREAM_FIELDS = tuple(STREAM_OPTIONS)
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """An invalid configuration value; the message names the field and the allowed values."""
 
 

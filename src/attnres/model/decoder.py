@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from attnres.common.errors import InputError
 from attnres.model.config import ModelConfig
 from attnres.model.init import init_module
 from attnres.model.layers import DecoderLayer, RotaryEmbedding, padded_causal_mask, padded_positions
@@ -153,17 +154,17 @@ class AttnResLM(nn.Module):
 
     def _check_input_ids(self, input_ids: torch.Tensor, past: int) -> None:
         if input_ids.dim() != 2:
-            raise ValueError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
+            raise InputError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
         if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
-            raise ValueError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+            raise InputError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
         if past + input_ids.shape[1] > self.config.max_seq_len:
-            raise ValueError(f"input_ids has seq_len {input_ids.shape[1]} after {past} cached positions, longer "
+            raise InputError(f"input_ids has seq_len {input_ids.shape[1]} after {past} cached positions, longer "
                              f"than the configured maximum ModelConfig.max_seq_len={self.config.max_seq_len}")
         if not _may_read_back(input_ids, past):
             return
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= self.config.vocab_size:
-            raise ValueError(f"input_ids must be token ids in [0, vocab_size={self.config.vocab_size}), "
+            raise InputError(f"input_ids must be token ids in [0, vocab_size={self.config.vocab_size}), "
                              f"got values from {low} to {high}")
 
     @staticmethod
@@ -173,16 +174,16 @@ class AttnResLM(nn.Module):
             return None
         expected = (input_ids.shape[0], past + input_ids.shape[1])
         if tuple(attention_mask.shape) != expected:
-            raise ValueError(f"attention_mask must have shape (batch, cached + new positions) = {expected}, "
+            raise InputError(f"attention_mask must have shape (batch, cached + new positions) = {expected}, "
                              f"1 = real token and 0 = padding, got {tuple(attention_mask.shape)}")
         if attention_mask.dtype.is_floating_point or attention_mask.dtype.is_complex:
-            raise ValueError(f"attention_mask must be a bool or integer tensor of shape {expected} "
+            raise InputError(f"attention_mask must be a bool or integer tensor of shape {expected} "
                              f"(1 = real token, 0 = padding), got dtype {attention_mask.dtype}")
         if not _may_read_back(attention_mask, past):
             return attention_mask
         low, high = torch.stack(attention_mask.long().aminmax()).tolist()  # one read-back for both checks
         if low < 0 or high > 1:
-            raise ValueError(f"attention_mask must hold 1 (real token) and 0 (padding), "
+            raise InputError(f"attention_mask must hold 1 (real token) and 0 (padding), "
                              f"got values from {low} to {high}")
         # All ones is no padding: drop the mask so attention keeps is_causal SDPA (flash kernels).
         return None if low == 1 else attention_mask
@@ -191,10 +192,10 @@ class AttnResLM(nn.Module):
     def _check_position_ids(position_ids: torch.Tensor, input_ids: torch.Tensor) -> None:
         b, t = input_ids.shape
         if position_ids.dim() != 2 or position_ids.shape[0] not in (1, b) or position_ids.shape[1] != t:
-            raise ValueError(f"position_ids must have shape ({b}, {t}) or (1, {t}) like input_ids, "
+            raise InputError(f"position_ids must have shape ({b}, {t}) or (1, {t}) like input_ids, "
                              f"got {tuple(position_ids.shape)}")
         if position_ids.dtype.is_floating_point or position_ids.dtype.is_complex or position_ids.dtype == torch.bool:
-            raise ValueError(f"position_ids must be an integer tensor, got dtype {position_ids.dtype}")
+            raise InputError(f"position_ids must be an integer tensor, got dtype {position_ids.dtype}")
 
 
 def _may_read_back(tensor: torch.Tensor, past: int) -> bool:
@@ -226,5 +227,5 @@ def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     logits (B, T, V), labels (B, T) -> scalar.
     """
     if labels.shape != logits.shape[:2]:
-        raise ValueError(f"labels must have shape {tuple(logits.shape[:2])} like input_ids, got {tuple(labels.shape)}")
+        raise InputError(f"labels must have shape {tuple(logits.shape[:2])} like input_ids, got {tuple(labels.shape)}")
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from attnres.common.errors import InputError
 from attnres.model.config import ModelConfig
 from attnres.model.decoder import AttnResLM
 
@@ -76,11 +77,11 @@ def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPer
 
     Built on the meta device (no memory, any size): the projections are read off the decoder's
     nn.Linear modules and the mixing off the residual scheme's mixers with their source counts, so
-    the count follows the code. Raises ValueError for a seq_len below 1.
+    the count follows the code. Raises InputError for a seq_len below 1.
     """
     seq_len = config.max_seq_len if seq_len is None else seq_len
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
-        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+        raise InputError(f"seq_len must be a positive integer, got {seq_len!r}")
     with torch.device("meta"):
         model = AttnResLM(config)
     mixers = list(model.routers) if model.routers is not None else []

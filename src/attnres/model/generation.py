@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, is_number
+from attnres.common.errors import InputError
 from attnres.common.precision import PRECISIONS, autocast
 from attnres.common.toolchain import require_inductor_compiler
 from attnres.model.cache import StaticKVCache
@@ -71,7 +72,7 @@ class Sampling:
         check_positive_number(self.temperature, "Sampling.temperature")
         check_int(self.top_k, "Sampling.top_k", minimum=0, allow_none=True)
         if self.top_p is not None and not (is_number(self.top_p) and 0 < self.top_p <= 1):
-            raise ValueError(f"Sampling.top_p must be None or a number in (0, 1], got {self.top_p!r}")
+            raise InputError(f"Sampling.top_p must be None or a number in (0, 1], got {self.top_p!r}")
 
 
 GREEDY = Sampling()
@@ -194,15 +195,15 @@ class FastGenerator:
     def __init__(self, model: AttnResLM, compile: bool = True, mode: str | None = None,
                  backend: str | Callable = "inductor", options: dict | None = None) -> None:
         if not isinstance(model, AttnResLM):
-            raise ValueError(f"FastGenerator needs an attnres AttnResLM, got {type(model).__name__}")
+            raise InputError(f"FastGenerator needs an attnres AttnResLM, got {type(model).__name__}")
         check_bool(compile, "FastGenerator compile")
         check_choice(mode, "FastGenerator mode", MODES, allow_none=True)
         if options is not None and (mode is not None or not isinstance(options, dict)):
-            raise ValueError(f"FastGenerator options must be a dict of inductor options, and mode None (torch.compile "
+            raise InputError(f"FastGenerator options must be a dict of inductor options, and mode None (torch.compile "
                              f"takes one or the other), got options={options!r}, mode={mode!r}")
         self.options = options
         if not (isinstance(backend, str) or callable(backend)):
-            raise ValueError(f"FastGenerator backend must be a torch.compile backend name or callable, got {backend!r}")
+            raise InputError(f"FastGenerator backend must be a torch.compile backend name or callable, got {backend!r}")
         self.model, self.compile, self.mode, self.backend = model, compile, mode, backend
         self._step = None
         self._states: dict[tuple, _State] = {}
@@ -246,7 +247,7 @@ class FastGenerator:
             require_inductor_compiler("the decode step", "decode without compiling (FastGenerator(compile=False), "
                                       "generate(..., disable_compile=True), attnres generate --no-compile)")
         if not isinstance(sampling, Sampling):
-            raise ValueError(f"sampling must be an attnres.model.generation.Sampling, got {type(sampling).__name__}")
+            raise InputError(f"sampling must be an attnres.model.generation.Sampling, got {type(sampling).__name__}")
         eos = _token_tensor(eos_token_id, "eos_token_id", model.config.vocab_size, device)
         if pad_token_id is None:
             pad_token_id = int(eos[0]) if eos is not None else 0
@@ -332,9 +333,9 @@ class Decoding:
         self.steps_run = 1
 
     def step(self) -> None:
-        """One decode step (no host synchronisation); ValueError past max_new_tokens (the cache is full)."""
+        """One decode step (no host synchronisation); InputError past max_new_tokens (the cache is full)."""
         if self.steps_run >= self.max_new_tokens:
-            raise ValueError(f"this generation was started for max_new_tokens={self.max_new_tokens}; all are made")
+            raise InputError(f"this generation was started for max_new_tokens={self.max_new_tokens}; all are made")
         with torch.no_grad(), self._guards():
             self._step(*self._arguments)
         self.steps_run += 1
@@ -429,32 +430,32 @@ def _sync(device: torch.device) -> None:
 
 def _check_inputs(model: AttnResLM, input_ids, attention_mask, max_new_tokens, min_new_tokens, precision,
                   device: torch.device) -> None:
-    """ValueError naming the argument for inputs `FastGenerator.start` cannot take."""
+    """InputError naming the argument for inputs `FastGenerator.start` cannot take."""
     if not (torch.is_tensor(input_ids) and input_ids.dim() == 2 and input_ids.shape[1] > 0
             and not input_ids.dtype.is_floating_point and input_ids.dtype != torch.bool):
         got = tuple(input_ids.shape) if torch.is_tensor(input_ids) else type(input_ids).__name__
-        raise ValueError(f"input_ids must be a (batch, seq_len) integer tensor with seq_len >= 1, got {got}")
+        raise InputError(f"input_ids must be a (batch, seq_len) integer tensor with seq_len >= 1, got {got}")
     if input_ids.device != device:
-        raise ValueError(f"input_ids are on {input_ids.device} and the model on {device}; move them with .to()")
+        raise InputError(f"input_ids are on {input_ids.device} and the model on {device}; move them with .to()")
     check_int(max_new_tokens, "max_new_tokens")
     check_int(min_new_tokens, "min_new_tokens", minimum=0)
     check_choice(precision, "precision", PRECISIONS)
     limit = model.config.max_seq_len
     if input_ids.shape[1] + max_new_tokens > limit:
-        raise ValueError(f"the prompt's {input_ids.shape[1]} tokens + max_new_tokens={max_new_tokens} exceed the "
+        raise InputError(f"the prompt's {input_ids.shape[1]} tokens + max_new_tokens={max_new_tokens} exceed the "
                          f"model's max_seq_len={limit}")
     if attention_mask is not None:
         if tuple(attention_mask.shape) != tuple(input_ids.shape) or attention_mask.dtype.is_floating_point:
-            raise ValueError(f"attention_mask must be a bool or integer tensor of input_ids' shape "
+            raise InputError(f"attention_mask must be a bool or integer tensor of input_ids' shape "
                              f"{tuple(input_ids.shape)} (1 = real token, 0 = padding), got "
                              f"{tuple(attention_mask.shape)} {attention_mask.dtype}")
         if not bool(attention_mask[:, -1].bool().all()):
-            raise ValueError("attention_mask: fast generation needs left padding (every row's last token real); "
+            raise InputError("attention_mask: fast generation needs left padding (every row's last token real); "
                              "pad on the left (tokenizer padding_side='left')")
 
 
 def _token_tensor(ids, name: str, vocab_size: int, device: torch.device) -> torch.Tensor | None:
-    """An id or a list of ids -> (E,) long tensor; ValueError naming `name` for anything else."""
+    """An id or a list of ids -> (E,) long tensor; InputError naming `name` for anything else."""
     if ids is None:
         return None
     if torch.is_tensor(ids):
@@ -462,7 +463,7 @@ def _token_tensor(ids, name: str, vocab_size: int, device: torch.device) -> torc
     values = [ids] if isinstance(ids, int) and not isinstance(ids, bool) else ids
     if not (isinstance(values, (list, tuple)) and values
             and all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < vocab_size for i in values)):
-        raise ValueError(f"{name} must be a token id in [0, {vocab_size}) or a non-empty list of them, got {ids!r}")
+        raise InputError(f"{name} must be a token id in [0, {vocab_size}) or a non-empty list of them, got {ids!r}")
     return torch.tensor(values, dtype=torch.long, device=device)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from attnres.analysis.intervals import ci95_halfwidth, mean
+from attnres.common.errors import InputError
 from attnres.pages.published import kimi_ablation
 from attnres.pages.seeds import (
     excludes_zero, interval, losses_by_seed, paired_by_seed, paired_difference, seed_range, seed_sd,
@@ -160,7 +161,7 @@ def stability_table(ctx) -> str:
     paths = sorted((p.relative_to(root.parent).as_posix() for p in root.glob("lr*-warmup*/results.json")),
                    key=_grid_order)
     if not paths:
-        raise ValueError("results/stability has no lr*-warmup*/results.json")
+        raise InputError("results/stability has no lr*-warmup*/results.json")
     rows, first = [], None
     for path in paths:
         results = ctx.results.json(path)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from attnres.common.errors import InputError
+
 BEGIN = "<!-- attnres:begin {name} -->"
 END = "<!-- attnres:end {name} -->"
 _MARKER = re.compile(r"^<!-- attnres:(begin|end) ([a-z0-9][a-z0-9-]*) -->[ \t]*$", re.MULTILINE)
 
 
-class MarkerError(ValueError):
+class MarkerError(InputError):
     """A page whose markers do not pair up (the message names the line)."""
 
 

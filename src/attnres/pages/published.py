@@ -3,6 +3,7 @@ were read), and the Kimi ablation's losses that the ablation table sets beside o
 
 from __future__ import annotations
 
+from attnres.common.errors import InputError
 from attnres.pages.seeds import table
 
 PUBLISHED = "published/published.json"
@@ -15,10 +16,10 @@ KIMI_ABLATION_NAMES = {"standard": "standard", "denseformer": "denseformer", "mh
 
 
 def source(results, key: str) -> dict:
-    """The published source `key` ("kimi", "delta", ...); ValueError naming the known keys."""
+    """The published source `key` ("kimi", "delta", ...); InputError naming the known keys."""
     sources = {s["key"]: s for s in results.json(PUBLISHED)["sources"]}
     if key not in sources:
-        raise ValueError(f"{PUBLISHED} has no source {key!r}; it has {sorted(sources)}")
+        raise InputError(f"{PUBLISHED} has no source {key!r}; it has {sorted(sources)}")
     return sources[key]
 
 
@@ -26,7 +27,7 @@ def kimi_ablation(results) -> dict[str, float]:
     """Kimi's 16-layer ablation losses by our ablation preset's variant names."""
     rows = [r for r in source(results, "kimi")["rows"] if "ablation" in r["label"].lower()]
     if len(rows) != 1:
-        raise ValueError(f"{PUBLISHED}: expected one Kimi row labelled as the ablation, found {len(rows)}")
+        raise InputError(f"{PUBLISHED}: expected one Kimi row labelled as the ablation, found {len(rows)}")
     return {KIMI_ABLATION_NAMES[k]: v for k, v in rows[0]["values"].items() if k in KIMI_ABLATION_NAMES}
 
 

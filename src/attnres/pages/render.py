@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
+from attnres.common.errors import InputError
 from attnres.pages.markers import MarkerError, find_blocks, replace_blocks
 from attnres.pages.sources import Results, ResultMissing
 
 
-class PageError(ValueError):
+class PageError(InputError):
     """A page that cannot be rendered or differs from its result files (the message names page and block)."""
 
 

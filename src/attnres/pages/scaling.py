@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from attnres.common.errors import InputError
 from attnres.pages.seeds import table
 from attnres.pages.sources import provenance
 from attnres.report.scaling_report import advantage_row, quoted_law, wall_clock_advantage, wall_clock_rows
@@ -113,7 +114,7 @@ def scaling_probe(ctx) -> str:
     sweep, probe = ctx.results.json(SCALING), ctx.results.json(PROBE)
     rows = paired_rows(sweep, probe)
     if not rows:
-        raise ValueError("the sweep and the probe share no run")
+        raise InputError("the sweep and the probe share no run")
     spread = seed_spread_by_size(sweep)
     pairs = [r for r in rows if r["diff_sweep"] is not None]
     flips = sum((r["diff_sweep"] > 0) != (r["diff_probe"] > 0) for r in pairs)

@@ -11,6 +11,8 @@ import json
 import re
 from pathlib import Path
 
+from attnres.common.errors import InputError
+
 RESULTS_DIR = "results"
 
 
@@ -46,7 +48,7 @@ class Results:
             try:
                 self._cache[relative] = json.loads(path.read_text())
             except json.JSONDecodeError as error:
-                raise ValueError(f"{RESULTS_DIR}/{relative} is not valid JSON: {error}") from None
+                raise InputError(f"{RESULTS_DIR}/{relative} is not valid JSON: {error}") from None
         return self._cache[relative]
 
     def jsonl(self, relative: str) -> list[dict]:

@@ -34,6 +34,7 @@ from attnres.analysis.grad_norms import collect_grad_norms
 from attnres.analysis.intervals import mean
 from attnres.analysis.redundancy import collect_source_cosines
 from attnres.analysis.sharpness import summarize_max_weights
+from attnres.common.errors import InputError
 from attnres.model.config import variant_name
 from attnres.report.analyze_report import write_analysis_report
 from attnres.data import DataConfig, eval_batches, prepare_data
@@ -185,22 +186,22 @@ def analyze(checkpoints: list[str | Path], out_dir: str | Path, labels: list[str
     labels: one display name per checkpoint (default: variant and step). causal: run the causal
     check of routing (one forward pass per batch, router, source and ablation kind) on
     `causal_routers` (default: all). data: held-out batches from this source for every checkpoint
-    (required for converted models' directories; see `analyze_checkpoint`). Raises ValueError for bad
+    (required for converted models' directories; see `analyze_checkpoint`). Raises InputError for bad
     arguments (label count, duplicate labels, max_batches < 1) before anything is loaded, and
     CheckpointError for a missing or corrupt checkpoint.
     """
     if not checkpoints:
-        raise ValueError("analyze needs at least one checkpoint")
+        raise InputError("analyze needs at least one checkpoint")
     if not isinstance(max_batches, int) or max_batches < 1:
-        raise ValueError(f"max_batches must be a positive integer, got {max_batches!r}")
+        raise InputError(f"max_batches must be a positive integer, got {max_batches!r}")
     if labels is not None:
         if len(labels) != len(checkpoints):
-            raise ValueError(f"--labels gives {len(labels)} label(s) for {len(checkpoints)} checkpoint(s); "
+            raise InputError(f"--labels gives {len(labels)} label(s) for {len(checkpoints)} checkpoint(s); "
                              "give one per checkpoint")
         if len(set(labels)) != len(labels):
-            raise ValueError(f"--labels must be distinct, got {labels}")
+            raise InputError(f"--labels must be distinct, got {labels}")
         if any(not str(label).strip() for label in labels):
-            raise ValueError("--labels must not be empty strings")
+            raise InputError("--labels must not be empty strings")
     results = []
     for i, path in enumerate(checkpoints):
         log(f"[{i + 1}/{len(checkpoints)}] analyzing {path} ...")

@@ -11,6 +11,7 @@ import numbers
 
 from attnres.analysis.intervals import ci95_halfwidth, mean, sample_std
 from attnres.analysis.sharpness import summarize_max_weights
+from attnres.common.errors import InputError
 from attnres.common.timing import ratio, ratio_spread, round_ratios
 from attnres.model.config import ROUTER_ABLATION_FIELDS
 
@@ -36,7 +37,7 @@ def _checked_variants(results: dict) -> list[dict]:
             if not isinstance(variant, dict) or key not in variant:
                 raise ValueError(f"variant {label!r} lacks required key {key!r}")
         if variant["name"] in names:
-            raise ValueError(f"variant name {variant['name']!r} appears twice")
+            raise InputError(f"variant name {variant['name']!r} appears twice")
         names.add(variant["name"])
         if not variant["runs"]:
             raise ValueError(f"variant {label!r} has no runs")
@@ -50,7 +51,7 @@ def _checked_variants(results: dict) -> list[dict]:
                                  f"got {run['final_val_loss']!r}")
     baselines = [v for v in results["variants"] if v["residual"] == BASELINE]
     if len(baselines) != 1:
-        raise ValueError(f"results need exactly one variant with residual {BASELINE!r} as the baseline, "
+        raise InputError(f"results need exactly one variant with residual {BASELINE!r} as the baseline, "
                          f"got residuals {[v['residual'] for v in results['variants']]}")
     return results["variants"]
 

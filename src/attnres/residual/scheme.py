@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from attnres.common.checks import check_choice, check_int
+from attnres.common.errors import InputError
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy
 from attnres.routing import IMPLS, DepthMixer, GroupRouting, RoutedPrefix, Router, inv_rms, resolve_impl, route_group
 
@@ -36,7 +37,7 @@ def auto_chunk_size(num_routers: int) -> int:
 
 def check_chunk_size(chunk_size: int | None, num_routers: int, per_sublayer: bool, *, name: str = "chunk_size",
                      applies_to: str = "per-sub-layer routing (full_attnres, delta_attnres)",
-                     error: type[Exception] = ValueError) -> None:
+                     error: type[Exception] = InputError) -> None:
     """Raise `error` naming `name` unless chunk_size is None, or an integer from 1 to num_routers for a
     per-sub-layer policy (block policies group by block and take none)."""
     if chunk_size is None:

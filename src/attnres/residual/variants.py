@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from attnres.common.checks import check_bool, check_choice, is_int
+from attnres.common.errors import InputError
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, valid_num_blocks
 from attnres.residual.scheme import MODES, ResidualScheme
 from attnres.routing import (IMPLS, QUERY_KINDS, WEIGHT_KINDS, DepthMixer, DepthWeightedAverage, HyperConnection,
@@ -64,7 +65,7 @@ class Variant:
         check_choice(self.mode, "Variant.mode", MODES)
         check_choice(self.sources, "Variant.sources", SOURCE_KINDS)
         if (self.mode == "none") != (self.sources == "none"):
-            raise ValueError(f"Variant {self.name!r}: sources are needed exactly when mode is not 'none'")
+            raise InputError(f"Variant {self.name!r}: sources are needed exactly when mode is not 'none'")
         for value in self.exact_conversions:
             check_choice(value, f"Variant {self.name!r}: exact_conversions", EXACT_CONVERSIONS)
 
@@ -80,7 +81,7 @@ VARIANTS: dict[str, Variant] = {}
 def register_variant(variant: Variant) -> Variant:
     """Add `variant` to the table (a name already there is an error); returns it."""
     if variant.name in VARIANTS:
-        raise ValueError(f"residual variant {variant.name!r} is already registered")
+        raise InputError(f"residual variant {variant.name!r} is already registered")
     VARIANTS[variant.name] = variant
     return variant
 
@@ -112,7 +113,7 @@ def block_variants() -> list[str]:
 
 def check_residual(residual: str, num_layers: int, num_blocks: int | None = None,
                    exact_conversion: str | None = None, *, prefix: str = "",
-                   error: type[Exception] = ValueError, dilation: int = 1, period: int = 1) -> None:
+                   error: type[Exception] = InputError, dilation: int = 1, period: int = 1) -> None:
     """Raise `error` naming the field (`prefix` + name) and the allowed values unless `residual`,
     `num_blocks`, `exact_conversion` and the averaging layout (`dilation`, `period`: fields
     denseformer_dilation / denseformer_period) describe a valid variant of a num_layers-layer model."""
@@ -154,7 +155,7 @@ def check_residual(residual: str, num_layers: int, num_blocks: int | None = None
 
 
 def check_router_options(residual: str, query: str = "static", weights: str = "softmax", key_norm: bool = True,
-                         routing_impl: str = "auto", *, prefix: str = "", error: type[Exception] = ValueError) -> None:
+                         routing_impl: str = "auto", *, prefix: str = "", error: type[Exception] = InputError) -> None:
     """Raise `error` naming the field (`prefix` + router_query / router_weights / router_key_norm /
     routing_impl) and the allowed values unless the router ablations (method §7) are valid for
     `residual`: any value for a routed variant, only the defaults for one without routers. Ablated
@@ -185,7 +186,7 @@ def stream_options(residual: str, **values) -> dict:
 
 
 def check_stream_options(residual: str, routing_impl: str = "auto", *, prefix: str = "",
-                         error: type[Exception] = ValueError, **values) -> None:
+                         error: type[Exception] = InputError, **values) -> None:
     """Raise `error` naming the field (`prefix` + name) and the allowed values unless the stream
     options in `values` (hc_streams: a positive integer; hc_dynamic: a bool; hc_sinkhorn_iters: a
     positive integer; None = the default) apply to `residual`, and routing_impl is one the stream
@@ -265,7 +266,7 @@ def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: 
     hyper_connections  n residual streams (hc_streams, default 4), static or dynamic (hc_dynamic,
                    default True) hyper-connections; mhc: the same with mHC's coefficients and
                    hc_sinkhorn_iters (default 20) Sinkhorn-Knopp rounds (method §7.3)
-    Raises ValueError naming the argument for an invalid combination. The scheme is the drop-in API
+    Raises InputError naming the argument for an invalid combination. The scheme is the drop-in API
     for a model loop of one's own (docs/how-to/drop-in.md).
     """
     check_residual(residual, num_layers, num_blocks, exact_conversion, dilation=denseformer_dilation,

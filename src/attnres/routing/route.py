@@ -10,6 +10,7 @@ import warnings
 import torch
 from torch import Tensor
 
+from attnres.common.errors import InputError
 from attnres.routing.fused_cpu import build_extension, fused_available, how_to_build, route_sources_fused, unavailable_reason
 from attnres.routing.lean import inv_rms, route_sources
 from attnres.routing.triton_route import route_sources_triton, triton_available
@@ -30,11 +31,11 @@ def resolve_impl(impl: str, device: torch.device, quiet: bool = False) -> str:
     "lean". When "auto" takes "lean" on CPU only because the extension is not built, a warning says
     so once per process, naming how to build it (not under torch.compile, nor with `quiet`: for a
     caller that will not route with the result). An explicit "fused" builds the extension if needed.
-    Raises ValueError for an unknown name or an unusable "triton" or "fused" (without a compiler:
+    Raises InputError for an unknown name or an unusable "triton" or "fused" (without a compiler:
     one line naming what to install).
     """
     if impl not in IMPLS:
-        raise ValueError(f"routing_impl must be one of {list(IMPLS)}, got {impl!r}")
+        raise InputError(f"routing_impl must be one of {list(IMPLS)}, got {impl!r}")
     device = torch.device(device)
     if impl == "auto":  # the Triton op is opaque to torch.compile; the lean and fused custom ops trace cleanly
         if device.type == "cuda" and not torch.compiler.is_compiling() and triton_available():
@@ -48,19 +49,19 @@ def resolve_impl(impl: str, device: torch.device, quiet: bool = False) -> str:
             _note_lean_fallback()
         return "lean"
     if impl == "triton" and not triton_available():
-        raise ValueError("routing_impl='triton' needs the triton package and a CUDA device "
+        raise InputError("routing_impl='triton' needs the triton package and a CUDA device "
                          "(or TRITON_INTERPRET=1 for CPU tensors); use 'auto' or 'lean'")
     if impl == "fused":
         if device.type != "cpu":
-            raise ValueError(f"routing_impl='fused' is the CPU kernel, not for {device}; use 'auto', 'lean' or 'triton'")
+            raise InputError(f"routing_impl='fused' is the CPU kernel, not for {device}; use 'auto', 'lean' or 'triton'")
         if not fused_available():
             reason = unavailable_reason()
             if reason is not None:  # nothing to build with: one line, not a build's traceback
-                raise ValueError(f"routing_impl='fused' needs the fused CPU routing kernel, which is not built and "
+                raise InputError(f"routing_impl='fused' needs the fused CPU routing kernel, which is not built and "
                                  f"cannot be ({reason}); {how_to_build()}, or use routing_impl 'auto' or 'lean'")
             try:
                 build_extension()
-            except RuntimeError as err:
+            except RuntimeError as err:  # a compiler is there and the build failed: not the user's input; keep its log
                 raise ValueError(f"routing_impl='fused' is unusable here: {err}") from err
     return impl
 

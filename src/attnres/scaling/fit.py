@@ -21,10 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares
 
+from attnres.common.errors import InputError
+
 LAWS = {"saturating": 3, "power": 2}  # law -> number of parameters
 
 
-class FitError(ValueError):
+class FitError(InputError):
     """A fit that cannot be made (too few points, bad values); the message says why."""
 
 

@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnres.common.errors import InputError
 from attnres.compare.presets import variant_run, variant_slug
 from attnres.data import DataConfig
 from attnres.model import ModelConfig
@@ -97,7 +98,7 @@ def assign_shards(planned: list[PlannedRun], shard: tuple[int, int]) -> None:
     (ties to the lower index); deterministic, so every shard process computes the same split."""
     index, count = shard
     if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
-        raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}")
+        raise InputError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}")
     loads = [0.0] * count
     for position in sorted(range(len(planned)), key=lambda i: (-planned[i].flops, i)):
         target = min(range(count), key=lambda s: (loads[s], s))

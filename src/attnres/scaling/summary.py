@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from attnres.common.errors import InputError
 from attnres.report.compare_summary import BASELINE
 from attnres.report.document import jsonable
 from attnres.scaling.fit import (LAWS, MISFIT_FACTOR, FitError, Point, ScalingFit, bootstrap_fits,
@@ -25,10 +26,10 @@ ROBUST_LOSS = ("least squares on log loss with scipy's soft-L1 loss, scale 0.05:
 
 
 def baseline_of(variants: list[dict]) -> dict:
-    """The one variant whose residual is "standard"; ValueError when there is none or several."""
+    """The one variant whose residual is "standard"; InputError when there is none or several."""
     found = [v for v in variants if v.get("residual") == BASELINE]
     if len(found) != 1:
-        raise ValueError(f"a sweep needs exactly one variant with residual {BASELINE!r} as the baseline, got "
+        raise InputError(f"a sweep needs exactly one variant with residual {BASELINE!r} as the baseline, got "
                          f"residuals {[v.get('residual') for v in variants]}")
     return found[0]
 
@@ -49,7 +50,7 @@ def compute_grid(variants: list[dict], grid_points: int = 41) -> np.ndarray:
     """`grid_points` log-spaced computes from the smallest to the largest run's FLOPs (ends exact)."""
     flops = [float(r["flops"]) for v in variants for r in v["runs"] if _usable(r)]
     if not flops:
-        raise ValueError("no run has a finite, positive 'flops' and 'final_val_loss'")
+        raise FitError("no run has a finite, positive 'flops' and 'final_val_loss'")
     grid = np.geomspace(min(flops), max(flops), max(grid_points, 2))
     grid[0], grid[-1] = min(flops), max(flops)
     return grid
@@ -160,10 +161,10 @@ def summarize_sweep(variants: list[dict], replicates: int = 1000, confidence: fl
     distinct computes) has fit None and the FitError's text, never a made-up fit.
     """
     if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be between 0 and 1, got {confidence!r}")
+        raise InputError(f"confidence must be between 0 and 1, got {confidence!r}")
     names = [v["name"] for v in variants]
     if len(set(names)) != len(names):
-        raise ValueError(f"variant names must be unique, got {names}")
+        raise InputError(f"variant names must be unique, got {names}")
     baseline = baseline_of(variants)["name"]
     grid = compute_grid(variants, grid_points)
     points = {v["name"]: points_of(v) for v in variants}

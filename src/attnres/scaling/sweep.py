@@ -23,6 +23,7 @@ import yaml
 
 from attnres.checkpoint import checkpoint_dirs
 from attnres.common.atomic import write_atomic
+from attnres.common.errors import InputError
 from attnres.common.machine import machine_info
 from attnres.compare.cost import MIN_REPEATS, CostSettings, measure_costs
 from attnres.compare.progress import CompareProgress
@@ -49,7 +50,7 @@ def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, co
     step-time measurement at the largest size (`attnres.compare.cost.measure_costs`, every variant
     interleaved in this process, on `device`), 0 to skip it (a model too large for one device)."""
     if not (isinstance(cost_repeats, int) and (cost_repeats == 0 or cost_repeats >= MIN_REPEATS)):
-        raise ValueError(f"cost_repeats (--cost-repeats) must be 0 (no step-time measurement) or an integer >= "
+        raise InputError(f"cost_repeats (--cost-repeats) must be 0 (no step-time measurement) or an integer >= "
                          f"{MIN_REPEATS}, got {cost_repeats!r}")  # checked before hours of training, not after
     out_dir = Path(out_dir)
     planned = plan_sweep(preset, out_dir, seeds, shard)

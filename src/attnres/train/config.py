@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, is_number
+from attnres.common.errors import InputError
 from attnres.common.precision import PRECISIONS
 from attnres.distributed.env import DistributedEnv
 from attnres.distributed.pipeline_layout import PipelineConfigError, PipelineSettings
@@ -18,7 +19,7 @@ QUERY_INITS = ("zero", "normal")
 PARALLEL_MODES = ("auto", *WRAPPED_MODES)
 
 
-class TrainConfigError(ValueError):
+class TrainConfigError(InputError):
     """An invalid training setting; the message names the field and the allowed values."""
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnres.common.config_files import parse_assignment, read_yaml_mapping
+from attnres.common.errors import InputError
 from attnres.data import DataConfig
 from attnres.model import ModelConfig
 from attnres.train.config import TrainConfig
@@ -20,7 +21,7 @@ SECTIONS = ("model", "data", "train")
 TOP_LEVEL = (*SECTIONS, "out_dir", "init_from")
 
 
-class RunConfigError(ValueError):
+class RunConfigError(InputError):
     """A run configuration that cannot be used; the message names the key and what is allowed."""
 
 

@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from attnres.common.checks import check_int, is_number
+from attnres.common.errors import InputError
 
 DEFAULT_WINDOW = 20
 DEFAULT_LOSS_SPIKE_MADS = 6.0
@@ -53,7 +54,7 @@ COUNTER_KEYS = (LOSS_SPIKES_KEY, GRAD_SPIKES_KEY, CLIPPED_STEPS_KEY, CLIP_RATE_K
 
 
 def check_stability_settings(window: object, loss_spike_mads: object, loss_spike_floor: object,
-                             grad_spike_ratio: object, *, prefix: str = "", error: type[Exception] = ValueError
+                             grad_spike_ratio: object, *, prefix: str = "", error: type[Exception] = InputError
                              ) -> None:
     """Raise `error` naming the setting (`prefix` + its name) unless the window is a positive integer,
     loss_spike_mads and loss_spike_floor numbers >= 0 and grad_spike_ratio a number > 1."""
