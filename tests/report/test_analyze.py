@@ -162,6 +162,10 @@ def test_bad_input_fails_clearly(runs, cache, tmp_path, capsys):
     assert "one per checkpoint" in capsys.readouterr().err
     assert main(["analyze", str(dirs["standard"]), "--max-batches", "0", "--out", out]) == 2
     assert "max_batches must be a positive integer" in capsys.readouterr().err
+    assert main(["analyze", str(dirs["block_attnres"]), "--causal-routers", "99", "--out", out,
+                 "--max-batches", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "router index 99 out of range" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "report").exists()  # nothing is written for bad input
 
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from scipy.stats import spearmanr
 
+from attnres.common.errors import InputError
 from attnres.common.evaluation import evaluating
 from attnres.model.decoder import AttnResLM
 
@@ -63,7 +64,7 @@ def ablated_source(model: AttnResLM, router: int, source: int, kind: str) -> con
     """While active, router `router` of `model` sees its source `source` replaced by zero (kind
     "zero") or by its mean over the batch's tokens ("mean"); every other reader sees it unchanged."""
     if kind not in ABLATIONS:
-        raise ValueError(f"ablation kind must be one of {list(ABLATIONS)}, got {kind!r}")
+        raise InputError(f"ablation kind must be one of {list(ABLATIONS)}, got {kind!r}")
 
     def ablate(v: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(v) if kind == "zero" else v.mean(dim=(0, 1), keepdim=True).expand_as(v)
@@ -133,10 +134,10 @@ def collect_causal_routing(model: AttnResLM, batches: Iterable[torch.Tensor], ro
     chosen = list(range(len(names))) if routers is None else list(routers)
     for r in chosen:
         if not 0 <= r < len(names):
-            raise ValueError(f"router index {r} out of range: the model has {len(names)} routers")
+            raise InputError(f"router index {r} out of range: the model has {len(names)} routers")
     for kind in kinds:
         if kind not in ABLATIONS:
-            raise ValueError(f"ablation kind must be one of {list(ABLATIONS)}, got {kind!r}")
+            raise InputError(f"ablation kind must be one of {list(ABLATIONS)}, got {kind!r}")
     with evaluating(model), _reference_routing(model):
         clean = _mean_loss(model, batches)
         mass = _routing_mass(model, batches)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from attnres.common.errors import InputError
 from attnres.analysis.router_stats import routing_entropy
 from attnres.common.evaluation import evaluating
 from attnres.analysis.sharpness import mean_max_weight
@@ -108,7 +109,7 @@ def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> De
                     max_sums[r] += value * n
 
     if tokens == 0:
-        raise ValueError("collect_depth_stats needs at least one non-empty batch")
+        raise InputError("collect_depth_stats needs at least one non-empty batch")
     return DepthStats(
         source_names=[list(n) for n in names],
         mean_weights=[(s / tokens).tolist() for s in weight_sums],

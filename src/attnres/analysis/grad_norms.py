@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
+from attnres.common.errors import InputError
 from attnres.common.evaluation import evaluating
 from attnres.model import AttnResLM
 
@@ -46,7 +47,7 @@ def collect_grad_norms(model: AttnResLM, batches: Iterable[torch.Tensor]) -> lis
         with evaluating(model, grad=True):
             for ids in batches:
                 if ids.dim() != 2:
-                    raise ValueError(f"batches must have shape (batch, seq_len), got {tuple(ids.shape)}")
+                    raise InputError(f"batches must have shape (batch, seq_len), got {tuple(ids.shape)}")
                 targets = ids.shape[0] * (ids.shape[1] - 1)
                 if targets <= 0:
                     continue
@@ -71,5 +72,5 @@ def collect_grad_norms(model: AttnResLM, batches: Iterable[torch.Tensor]) -> lis
             residual.after = own
 
     if not any(count):
-        raise ValueError("collect_grad_norms needs at least one batch with seq_len >= 2")
+        raise InputError("collect_grad_norms needs at least one batch with seq_len >= 2")
     return [math.sqrt(total / n) for total, n in zip(sum_sq, count)]

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from attnres.common.errors import InputError
 from attnres.common.evaluation import evaluating
 from attnres.model import AttnResLM
 
@@ -94,5 +95,5 @@ def collect_source_cosines(model: AttnResLM, batches: Iterable[torch.Tensor]) ->
             tokens += ids.numel()
 
     if tokens == 0:
-        raise ValueError("collect_source_cosines needs at least one non-empty batch")
+        raise InputError("collect_source_cosines needs at least one non-empty batch")
     return [s / tokens for s in sums]

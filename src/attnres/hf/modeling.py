@@ -7,6 +7,7 @@ from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from attnres.common.errors import InputError
 from attnres.hf.configuration import AttnResConfig
 from attnres.hf.fast_generation import generate_fast, static_cache_requested
 from attnres.model import AttnResLM
@@ -81,10 +82,10 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
                        "output_hidden_states": bool(output_hidden_states), "return_dict=False": return_dict is False}
         refused = [name for name, asked in unsupported.items() if asked]
         if refused:
-            raise ValueError(f"AttnResForCausalLM does not support {', '.join(refused)}: it takes input_ids and "
+            raise InputError(f"AttnResForCausalLM does not support {', '.join(refused)}: it takes input_ids and "
                              "returns logits, loss, the KV cache and, with return_routing=True, the routing weights")
         if input_ids is None:
-            raise ValueError("AttnResForCausalLM needs input_ids")
+            raise InputError("AttnResForCausalLM needs input_ids")
         cache = cache if cache is not None else past_key_values
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
