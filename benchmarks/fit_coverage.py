@@ -1,4 +1,4 @@
-"""Coverage of the scaling-law fit's bootstrap intervals on synthetic sweeps (docs/scaling.md).
+"""Coverage of the scaling-law fit's bootstrap intervals on synthetic sweeps (docs/explanation/scaling-law.md).
 
     .venv/bin/python benchmarks/fit_coverage.py [--out results/fit-coverage]      # every configuration below
     .venv/bin/python benchmarks/fit_coverage.py --method cases --sizes 8 --seeds 1 --draws 60   # one of them
@@ -9,7 +9,7 @@ often the 95 % percentile interval holds the true alpha, E and loss at the large
 a second variant drawn with its own noise from L(1.25 C) (a constant 1.25x compute advantage), how
 often the paired interval of its compute advantage at the largest compute holds 1.25.
 
-Without --method/--sizes/--seeds/--draws it runs the configurations docs/scaling.md quotes
+Without --method/--sizes/--seeds/--draws it runs the configurations docs/explanation/scaling-law.md quotes
 (`CONFIGURATIONS`) and writes them all to OUT/results.json. The draws are the same whatever their
 number (sweep i comes from generators seeded per configuration and is bootstrapped with seed i), so
 a configuration with fewer sweeps than another of the same shape is the first sweeps of that one
@@ -38,7 +38,7 @@ from attnres.scaling.fit import BOOTSTRAPS, Point, bootstrap_fits, compute_advan
 A, ALPHA, E = 200.0, 0.15, 2.0
 ADVANTAGE = 1.25  # the second variant's true compute advantage over the first, at every compute
 COMPUTE_RANGE = (1e13, 1e17)
-# (method, sizes, seeds, sweeps): the runs docs/scaling.md quotes.
+# (method, sizes, seeds, sweeps): the runs docs/explanation/scaling-law.md quotes.
 CONFIGURATIONS = [("residuals", 8, 1, 60), ("residuals", 8, 1, 300), ("cases", 8, 1, 60), ("cases", 8, 1, 300),
                   ("residuals", 5, 2, 200)]
 

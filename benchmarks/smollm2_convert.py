@@ -11,7 +11,7 @@ into a temporary directory and loaded back with `AutoModelForCausalLM.from_pretr
     .venv/bin/python benchmarks/smollm2_convert.py --eps-check   # only why the routed variants' logits move (prints)
 
 The eps check shows where the routed variants' logit differences come from: with every RMSNorm eps
-set to 1e-12 in both models, Block AttnRes matches the source to float32 rounding (docs/method.md §4).
+set to 1e-12 in both models, Block AttnRes matches the source to float32 rounding (docs/explanation/method.md §4).
 A full run does it too, after the variants, and writes everything to OUT/results.json: the source's
 answers, per variant its logit differences, answers and file size, and the eps check, with the
 command, date, machine, code path and settings.

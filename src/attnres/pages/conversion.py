@@ -17,23 +17,26 @@ def _label(entry: dict) -> str:
 
 
 def verdict(entry: dict) -> str:
-    """'bit for bit', 'to the RMSNorm eps (0.088)' or 'no (...)' for one converted variant."""
+    """Whether one converted variant starts as the source: 'yes, bit for bit', 'yes, to the RMSNorm eps'
+    (every argmax kept, logits within a small share of the largest) or 'no'."""
     gap, largest, same = entry["max_abs_logit_diff"], entry["max_abs_logit"], entry["same_argmax_fraction"]
     if gap == 0:
-        return "bit for bit"
-    if same == 1 and gap < CLOSE * largest:
-        return f"to the RMSNorm eps ({gap:.2g})"
-    return f"no (logits move {gap:.2g}, argmax kept at {same:.0%})"
+        return "yes, bit for bit"
+    return "yes, to the RMSNorm eps" if same == 1 and gap < CLOSE * largest else "no"
+
+
+def _float32(results: dict) -> list[dict]:
+    """The converted variants compared with the source (the bf16 row records only its file size)."""
+    return [e for e in results["variants"] if e.get("dtype", "float32") == "float32"]
 
 
 def exact_conversion(results) -> dict[str, str]:
-    """residual -> whether a converted pretrained model starts as the source ('bit for bit', 'to the
-    RMSNorm eps', 'no'), and the exact-conversion options that make it start bit for bit."""
-    variants = [e for e in results.json(CONVERSION)["variants"] if e.get("dtype", "float32") == "float32"]
+    """residual -> the `verdict` of its plain conversion, and the exact-conversion options that make it
+    start bit for bit."""
+    variants = _float32(results.json(CONVERSION))
     out = {}
     for entry in (e for e in variants if not e.get("exact_conversion")):
-        out.setdefault(entry["residual"], verdict(entry).split(" (")[0].replace("to the", "yes, to the")
-                       .replace("bit for bit", "yes, bit for bit"))
+        out.setdefault(entry["residual"], verdict(entry))
     for entry in (e for e in variants if e.get("exact_conversion") and e["max_abs_logit_diff"] == 0):
         out[entry["residual"]] += f"; with `exact_conversion: {entry['exact_conversion']}`, bit for bit"
     return out
@@ -45,7 +48,7 @@ def conversion_table(ctx) -> str:
     answers = len(results["settings"]["questions"])
     rows = [[_label(e), verdict(e), fmt(e["max_abs_logit_diff"], ".3g"), f"{e['same_argmax_fraction']:.0%}",
              f"{e['answers_equal']} of {answers}", "yes" if e["special_ids_equal"] else "no"]
-            for e in results["variants"] if e.get("dtype", "float32") == "float32"]
+            for e in _float32(results)]
     header = ["variant", "exact?", "max abs logit difference", "same argmax", "greedy answers equal",
               "special tokens kept"]
     return "\n\n".join([table(header, rows), provenance(results, ctx.source(CONVERSION))])

@@ -5,8 +5,9 @@ them by a stated rule."""
 from __future__ import annotations
 
 from attnres.pages import ablation, costs, scaling
-from attnres.pages.conversion import exact_conversion
+from attnres.pages.conversion import CONVERSION, exact_conversion
 from attnres.pages.seeds import table
+from attnres.pages.sources import provenance
 from attnres.report.compare_report import signed
 
 CHEAP = 1.2  # "cheap": a training step at most this multiple of standard's, in fp32 and in bf16
@@ -81,9 +82,7 @@ def recommendation_table(ctx) -> str:
 
 def _excludes_one(interval: dict | None) -> bool | None:
     """Whether an advantage's interval lies above 1 (None without an interval)."""
-    if not interval or interval.get("low") is None or interval.get("high") is None:
-        return None if not interval or interval.get("low") is None else interval["low"] > 1
-    return interval["low"] > 1
+    return None if not interval or interval.get("low") is None else interval["low"] > 1
 
 
 def recommendation_text(ctx) -> str:
@@ -129,8 +128,6 @@ def recommendation_text(ctx) -> str:
 
 def recommendation_sources(ctx) -> str:
     """Where every column of the table comes from, with each source's command, date and machine."""
-    from attnres.pages.sources import provenance
-
     parts = {"Loss": (ablation.ABLATION, None), "Compute advantage": (scaling.SCALING, "cost"),
              "Costs, fp32": (costs.FP32, "bench"), "Costs, bf16": (costs.BF16, "bench")}
     lines = []
@@ -138,8 +135,6 @@ def recommendation_sources(ctx) -> str:
         result = ctx.results.json(path)
         code = (costs.code_path(result) if kind == "bench" else result["cost"]["settings"] if kind == "cost" else None)
         lines.append(f"- {label}: " + provenance(result, ctx.source(path), code_path=code).strip("*"))
-    from attnres.pages.conversion import CONVERSION
-
     conversion = ctx.results.json(CONVERSION)
     lines.append("- Exact conversion: " + provenance(conversion, ctx.source(CONVERSION)).strip("*"))
     return "\n".join(lines)

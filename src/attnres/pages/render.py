@@ -28,7 +28,7 @@ class Context:
         return Path(os.path.relpath(target, Path(self.page).parent)).as_posix()
 
     def source(self, relative: str) -> str:
-        """A Markdown link to the result file `results/relative` (which must exist), recorded as read."""
+        """A Markdown link to the result file `results/relative` (ResultMissing when it does not exist)."""
         self.results.path(relative)
         target = f"results/{relative}"
         return f"[`{target}`]({self.link(target)})"
@@ -64,10 +64,9 @@ def render_pages(root: Path) -> dict[Path, tuple[str, str]]:
         for block in blocks:
             if block.name not in BLOCKS:
                 raise PageError(f"{rel}: unknown generated block {block.name!r}; known: {sorted(BLOCKS)}")
-            results.reset()
             try:
                 contents[block.name] = BLOCKS[block.name](Context(results, rel))
-            except (ResultMissing, ValueError) as error:  # a bad result file; a bug keeps its traceback
+            except (ResultMissing, InputError) as error:  # a bad result file; a bug keeps its traceback
                 raise PageError(f"{rel}, block {block.name!r}: {error}") from error
         out[path] = (text, replace_blocks(text, contents))
     return out

@@ -1,7 +1,7 @@
 """The result files a page's figures come from, and the provenance line each generated table carries.
 
-`Results` reads the committed files under a repository's results/ folder and remembers which ones a
-block read, so a figure is never without its source file. `provenance` turns what a result file
+`Results` reads the committed files under a repository's results/ folder, each once, and refuses a
+missing one by name. `provenance` turns what a result file
 records about itself (its command, date, machine and code path) into the line under a table.
 """
 
@@ -21,24 +21,17 @@ class ResultMissing(FileNotFoundError):
 
 
 class Results:
-    """Read-only access to `root`/results/*: JSON files parsed once; the paths each block reads."""
+    """Read-only access to `root`/results/*: JSON files parsed once."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._cache: dict[str, object] = {}
-        self.read: list[str] = []  # repository-relative paths read since the last `reset`
-
-    def reset(self) -> None:
-        self.read = []
 
     def path(self, relative: str) -> Path:
-        """The file `results/relative`, recorded as read; ResultMissing when it does not exist."""
-        rel = f"{RESULTS_DIR}/{relative}"
-        path = self.root / rel
+        """The file `results/relative`; ResultMissing when it does not exist."""
+        path = self.root / RESULTS_DIR / relative
         if not path.is_file():
-            raise ResultMissing(f"{rel} is missing")
-        if rel not in self.read:
-            self.read.append(rel)
+            raise ResultMissing(f"{RESULTS_DIR}/{relative} is missing")
         return path
 
     def json(self, relative: str):

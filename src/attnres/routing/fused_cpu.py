@@ -129,7 +129,7 @@ def _load_library(path: Path) -> None:
 def _loaded() -> None:
     """Mark the extension loaded and give its forward ops fake implementations: a compiled step
     without gradients calls them directly (an extern call from the generated code), skipping the
-    Python custom op around them, which costs about 0.1 ms a call (docs/generation.md)."""
+    Python custom op around them, which costs about 0.1 ms a call (docs/explanation/fast-paths.md)."""
     _state["loaded"] = True
     for name, fake in (("route_forward", _route_fake), ("merge_forward", _merge_fake)):
         torch.library.register_fake(f"{_NAMESPACE}::{name}", fake)

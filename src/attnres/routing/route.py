@@ -27,7 +27,7 @@ def resolve_impl(impl: str, device: torch.device, quiet: bool = False) -> str:
     "auto" -> "triton" on CUDA when Triton is installed (outside torch.compile); "fused" on CPU when
     the fused extension is already built (auto never starts a build), except when compiling without
     gradients (a decode step): there the lean ops' plain PyTorch, which inductor fuses with the
-    neighbouring norm, decoded faster than calls of the C++ kernels (docs/generation.md); else
+    neighbouring norm, decoded faster than calls of the C++ kernels (docs/explanation/fast-paths.md); else
     "lean". When "auto" takes "lean" on CPU only because the extension is not built, a warning says
     so once per process, naming how to build it (not under torch.compile, nor with `quiet`: for a
     caller that will not route with the result). An explicit "fused" builds the extension if needed.
