@@ -47,7 +47,7 @@ PyTorch merge saves: the output, keep and take, and references, never the mixtur
 eps works as for routing.
 
 Under `torch.compile` forward and backward are `torch.library.custom_op`s with fake
-implementations (fullgraph works). In eager mode with gradients they are the extension's own ops
+implementations (fullgraph works; the forward ops' autograd from `fast_op.compiled_op`). In eager mode with gradients they are the extension's own ops
 `route` / `merge`, whose autograd nodes are C++ (route_cpu.cpp): a Python autograd.Function cost
 about 0.1 ms a call in each direction, a third of Block AttnRes's training overhead at 24 x 256.
 Without gradients the forward kernels run directly. Not twice differentiable.
@@ -67,6 +67,7 @@ import torch
 from torch import Tensor
 
 from attnres.common.toolchain import extension_compiler, missing
+from attnres.routing.fast_op import compiled_op
 from attnres.routing.lean import compute_dtype
 
 __all__ = ["build_extension", "extension_path", "find_compiler", "fused_available", "how_to_build",
@@ -297,12 +298,6 @@ def _route_backward(queries: Tensor, weights: Tensor, sources: list[Tensor], inv
                  lambda: _check(queries, sources, inv))
 
 
-@torch.library.custom_op("attnres::route_sources_fused", mutates_args=())
-def _route_op(queries: Tensor, sources: list[Tensor], inv: list[Tensor], centered: bool,
-              eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    return _route_forward(queries, sources, inv, eps)
-
-
 def _route_fake(queries: Tensor, sources: list[Tensor], inv: list[Tensor], eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """Shapes and dtypes of the forward's results, for tracing (the custom op and the C++ op alike)."""
     out_dtype, compute = compute_dtype(sources)
@@ -310,12 +305,6 @@ def _route_fake(queries: Tensor, sources: list[Tensor], inv: list[Tensor], eps: 
     return (sources[0].new_empty((*shape, queries.shape[1]), dtype=out_dtype),
             sources[0].new_empty(shape, dtype=compute),
             sources[0].new_empty((*shape, len(sources)), dtype=compute))
-
-
-@_route_op.register_fake
-def _(queries: Tensor, sources: list[Tensor], inv: list[Tensor], centered: bool,
-      eps: float) -> tuple[Tensor, Tensor, Tensor]:
-    return _route_fake(queries, sources, inv, eps)
 
 
 @torch.library.custom_op("attnres::route_sources_fused_backward", mutates_args=())
@@ -331,21 +320,26 @@ def _(queries, weights, sources, inv, grad_mixed, grad_lse, grad_weights, center
     return (torch.empty_like(queries), [torch.empty_like(v) for v in sources], [torch.empty_like(r) for r in inv])
 
 
-def _route_op_setup(ctx, inputs, output) -> None:
-    queries, sources, inv, ctx.centered, ctx.eps = inputs
-    ctx.num_sources = len(sources)
-    ctx.save_for_backward(queries, output[2], *sources, *inv)  # references and per-token weights only
+def _route_op_forward(queries: Tensor, sources: list[Tensor], inv: list[Tensor], centered: bool,
+                      eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    return _route_forward(queries, sources, inv, eps)
 
 
-def _route_op_backward(ctx, grad_mixed, grad_lse, grad_weights):
-    queries, weights, *rest = ctx.saved_tensors
-    n = ctx.num_sources
-    grad_q, grad_sources, grad_inv = _route_backward_op(queries, weights, list(rest[:n]), list(rest[n:]),
-                                                        grad_mixed, grad_lse, grad_weights, ctx.centered, ctx.eps)
+def _route_op_save(inputs, output) -> tuple:
+    queries, sources, inv, centered, eps = inputs
+    return queries, output[2], sources, inv, centered, eps  # references and per-token weights only
+
+
+def _route_op_backward(saved, grad_mixed, grad_lse, grad_weights):
+    queries, weights, sources, inv, centered, eps = saved
+    grad_q, grad_sources, grad_inv = _route_backward_op(queries, weights, sources, inv, grad_mixed, grad_lse,
+                                                        grad_weights, centered, eps)
     return grad_q, grad_sources, grad_inv, None, None
 
 
-_route_op.register_autograd(_route_op_backward, setup_context=_route_op_setup)
+_route_op = compiled_op("attnres::route_sources_fused", _route_op_forward,
+                        fake=lambda queries, sources, inv, centered, eps: _route_fake(queries, sources, inv, eps),
+                        save=_route_op_save, backward=_route_op_backward)
 
 
 def route_sources_fused(queries: Tensor, sources: list[Tensor], inv: list[Tensor] | None, *,
@@ -410,13 +404,6 @@ def _merge_fake_dtypes(mixed: Tensor, lse: Tensor, sources: list[Tensor]) -> tup
     return out_dtype, torch.promote_types(compute, lse.dtype)
 
 
-@torch.library.custom_op("attnres::merge_sources_fused", mutates_args=())
-def _merge_op(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor], inv: list[Tensor],
-              eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _merge_forward(mixed, lse, query, sources, inv, eps)
-
-
-@_merge_op.register_fake
 def _merge_fake(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor], inv: list[Tensor],
                 eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Shapes and dtypes of the merge's results, for tracing (the custom op and the C++ op alike)."""
@@ -443,22 +430,26 @@ def _(query, out, keep, take, sources, inv, grad_out, grad_total, grad_keep, gra
             [torch.empty_like(r) for r in inv])
 
 
-def _merge_op_setup(ctx, inputs, output) -> None:
-    mixed, _, query, sources, inv, ctx.eps = inputs
-    ctx.num_sources, ctx.mixed_dtype = len(sources), mixed.dtype
-    ctx.save_for_backward(query, output[0], output[2], output[3], *sources, *inv)  # never the mixture
+def _merge_op_forward(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor], inv: list[Tensor],
+                      eps: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _merge_forward(mixed, lse, query, sources, inv, eps)
 
 
-def _merge_op_backward(ctx, grad_out, grad_total, grad_keep, grad_take):
-    query, out, keep, take, *rest = ctx.saved_tensors
-    n = ctx.num_sources
+def _merge_op_save(inputs, output) -> tuple:
+    mixed, _, query, sources, inv, eps = inputs
+    out, _, keep, take = output
+    return query, out, keep, take, sources, inv, mixed.dtype, eps  # never the mixture
+
+
+def _merge_op_backward(saved, grad_out, grad_total, grad_keep, grad_take):
+    query, out, keep, take, sources, inv, mixed_dtype, eps = saved
     grad_mixed, grad_lse, grad_q, grad_sources, grad_inv = _merge_backward_op(
-        query, out, keep, take, list(rest[:n]), list(rest[n:]), grad_out, grad_total, grad_keep, grad_take,
-        ctx.mixed_dtype, ctx.eps)
+        query, out, keep, take, sources, inv, grad_out, grad_total, grad_keep, grad_take, mixed_dtype, eps)
     return (grad_mixed[0] if grad_mixed else None), grad_lse, grad_q, grad_sources, grad_inv, None
 
 
-_merge_op.register_autograd(_merge_op_backward, setup_context=_merge_op_setup)
+_merge_op = compiled_op("attnres::merge_sources_fused", _merge_op_forward, fake=_merge_fake, save=_merge_op_save,
+                        backward=_merge_op_backward)
 
 
 def merge_sources_fused(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor], inv: list[Tensor] | None,

@@ -9,10 +9,11 @@ makes Full and Delta AttnRes O(L^2 B T D) in activation memory. Here
   - `route_sources` takes the sources as a list (never stacked) and saves only references to its
     inputs and per-token scalars (the softmax weights); normalised keys are recomputed in backward.
 
-Under `torch.compile`, when a gradient is needed, both are `torch.library.custom_op`s with fake
-implementations, so models trace through them without graph breaks; without one (a compiled decode
-step) their plain forward is traced, and inductor fuses it into the graph's kernels. In eager mode the same forward and backward functions run
-through a `torch.autograd.Function` (and directly when no gradient is needed): the custom-op
+Both are `fast_op.FastOp`s, three forms of one description. Under `torch.compile`, when a gradient
+is needed, they are `torch.library.custom_op`s with fake implementations, so models trace through
+them without graph breaks; without one (a compiled decode step) their plain forward is traced, and
+inductor fuses it into the graph's kernels. In eager mode the same forward and backward functions
+run through a `torch.autograd.Function` (and directly when no gradient is needed): the custom-op
 dispatcher costs about 0.25 ms a call in Python, which would dominate decoding one token at a time.
 Both work under activation checkpointing. Statistics are fp32 (float64 for float64 inputs, for
 gradcheck); autocast is off inside.
@@ -24,6 +25,7 @@ import torch
 from torch import Tensor
 
 from attnres.common.precision import autocast_off
+from attnres.routing.fast_op import FastOp
 
 
 def compute_dtype(sources: list[Tensor]) -> tuple[torch.dtype, torch.dtype]:
@@ -48,37 +50,13 @@ def _inv_rms_backward(source: Tensor, r: Tensor, grad: Tensor) -> Tensor:
     return (scale.unsqueeze(-1) * source.to(r.dtype)).to(source.dtype)
 
 
-@torch.library.custom_op("attnres::inv_rms", mutates_args=())
-def _inv_rms_op(source: Tensor, eps: float) -> Tensor:
-    return _inv_rms_forward(source, eps)
-
-
-@_inv_rms_op.register_fake
-def _(source: Tensor, eps: float) -> Tensor:
+def _inv_rms_fake(source: Tensor, eps: float) -> Tensor:
     return source.new_empty(source.shape[:-1], dtype=torch.promote_types(source.dtype, torch.float32))
 
 
-def _inv_rms_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(inputs[0], output)
-
-
-def _inv_rms_op_backward(ctx, grad: Tensor):
-    return _inv_rms_backward(*ctx.saved_tensors, grad), None
-
-
-_inv_rms_op.register_autograd(_inv_rms_op_backward, setup_context=_inv_rms_setup)
-
-
-class _InvRms(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, source: Tensor, eps: float) -> Tensor:
-        r = _inv_rms_forward(source, eps)
-        ctx.save_for_backward(source, r)
-        return r
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return _inv_rms_backward(*ctx.saved_tensors, grad), None
+_inv_rms = FastOp("attnres::inv_rms", _inv_rms_forward, fake=_inv_rms_fake,
+                  save=lambda inputs, output: (inputs[0], output),
+                  backward=lambda saved, grad: (_inv_rms_backward(*saved, grad), None))
 
 
 def inv_rms(source: Tensor, eps: float) -> Tensor:
@@ -86,12 +64,7 @@ def inv_rms(source: Tensor, eps: float) -> Tensor:
 
     Saves only a reference to `source` and the (B, T) result for backward.
     """
-    if not (torch.is_grad_enabled() and source.requires_grad):
-        # Plain ops, also when compiling (a decode step): inductor fuses them, an opaque op costs a call.
-        return _inv_rms_forward(source, eps)
-    if torch.compiler.is_compiling():
-        return _inv_rms_op(source, eps)
-    return _InvRms.apply(source, eps)
+    return _inv_rms(source, eps)
 
 
 # ---------------------------------------------------------------- S routers over n shared sources
@@ -159,13 +132,7 @@ def _route_backward(queries: Tensor, weights: Tensor, sources: list[Tensor], inv
     return grad_q.to(queries.dtype), grad_sources, grad_inv
 
 
-@torch.library.custom_op("attnres::route_sources", mutates_args=())
-def _route_op(queries: Tensor, sources: list[Tensor], inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    return _route_forward(queries, sources, inv)
-
-
-@_route_op.register_fake
-def _(queries: Tensor, sources: list[Tensor], inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+def _route_fake(queries: Tensor, sources: list[Tensor], inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
     out_dtype, compute = compute_dtype(sources)
     shape = (queries.shape[0], *sources[0].shape[:-1])
     return (sources[0].new_empty((*shape, queries.shape[1]), dtype=out_dtype),
@@ -173,38 +140,13 @@ def _(queries: Tensor, sources: list[Tensor], inv: list[Tensor]) -> tuple[Tensor
             sources[0].new_empty((*shape, len(sources)), dtype=compute))
 
 
-def _route_op_setup(ctx, inputs, output) -> None:
+def _route_save(inputs, output) -> tuple:
     queries, sources, inv = inputs
-    ctx.num_sources = len(sources)
-    ctx.save_for_backward(queries, output[2], *sources, *inv)  # references and per-token weights only
+    return queries, output[2], sources, inv  # references and per-token weights only
 
 
-def _route_op_backward(ctx, grad_mixed, grad_lse, grad_weights):
-    queries, weights, *rest = ctx.saved_tensors
-    n = ctx.num_sources
-    return _route_backward(queries, weights, list(rest[:n]), list(rest[n:]), grad_mixed, grad_lse, grad_weights)
-
-
-_route_op.register_autograd(_route_op_backward, setup_context=_route_op_setup)
-
-
-class _RouteSources(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, queries: Tensor, num_sources: int, *tensors: Tensor):
-        sources, inv = list(tensors[:num_sources]), list(tensors[num_sources:])
-        mixed, lse, weights = _route_forward(queries, sources, inv)
-        ctx.num_sources = num_sources
-        ctx.save_for_backward(queries, weights, *tensors)
-        ctx.set_materialize_grads(False)
-        return mixed, lse, weights
-
-    @staticmethod
-    def backward(ctx, grad_mixed, grad_lse, grad_weights):
-        queries, weights, *rest = ctx.saved_tensors
-        n = ctx.num_sources
-        grad_q, grad_sources, grad_inv = _route_backward(queries, weights, rest[:n], rest[n:],
-                                                         grad_mixed, grad_lse, grad_weights)
-        return grad_q, None, *grad_sources, *grad_inv
+_route = FastOp("attnres::route_sources", _route_forward, fake=_route_fake, save=_route_save,
+                backward=lambda saved, *grads: _route_backward(*saved, *grads), materialize_grads=False)
 
 
 def route_sources(queries: Tensor, sources: list[Tensor], inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
@@ -216,10 +158,4 @@ def route_sources(queries: Tensor, sources: list[Tensor], inv: list[Tensor]) -> 
     weights (S, B, T, n) = softmax over i; lse and weights fp32. Backward keeps the weights and
     references to the inputs, nothing else.
     """
-    sources, inv = list(sources), list(inv)
-    tensors = (queries, *sources, *inv)
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        return _route_forward(queries, sources, inv)  # plain ops, also when compiling: inductor fuses them
-    if torch.compiler.is_compiling():
-        return _route_op(queries, sources, inv)
-    return _RouteSources.apply(queries, len(sources), *sources, *inv)
+    return _route(queries, list(sources), list(inv))

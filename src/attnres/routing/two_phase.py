@@ -18,7 +18,7 @@ follows from the output: d out / d lse_1 = sum_i take_i (out - v_i) (see `_merge
 costs no activation memory beyond what the lean path keeps; in "add" routing it is one (B, T, D) per router.
 
 Phase 2 has two implementations of the same function: `_merge_forward` / `_merge_backward` here
-(PyTorch ops, any device), and with impl "fused" on CPU the C++ kernel `fused_cpu.merge_sources_fused`.
+(PyTorch ops, any device; a `fast_op.FastOp` like lean's ops), and with impl "fused" on CPU the C++ kernel `fused_cpu.merge_sources_fused`.
 Why the kernel: the PyTorch version is a dozen small ops, each reading or writing a (B, T, D)
 tensor (the dot products, each `addcmul_`, the fp32 copies of bf16 sources, then backward's dot
 products and d sources), so a merge went through memory several times per source; at small widths
@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from attnres.common.precision import autocast_off
+from attnres.routing.fast_op import FastOp
 from attnres.routing.fused_cpu import merge_sources_fused
 from attnres.routing.lean import compute_dtype, inv_rms
 from attnres.routing.route import route_fast
@@ -148,55 +149,30 @@ def _merge_backward(query: Tensor, out: Tensor, keep: Tensor, take: Tensor, sour
     return grad_mixed, d_lse, grad_q.to(query.dtype), grad_sources, grad_inv
 
 
-@torch.library.custom_op("attnres::merge_sources", mutates_args=())
-def _merge_op(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor],
-              inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _merge_forward(mixed, lse, query, sources, inv)
-
-
-@_merge_op.register_fake
-def _(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor],
-      inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _merge_fake(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor],
+                inv: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     out_dtype, _ = compute_dtype([mixed, *sources])
     return (mixed.new_empty(mixed.shape, dtype=out_dtype), torch.empty_like(lse), torch.empty_like(lse),
             lse.new_empty((*lse.shape, len(sources))))
 
 
-def _merge_op_setup(ctx, inputs, output) -> None:
+def _merge_save(inputs, output) -> tuple:
     mixed, _, query, sources, inv = inputs
-    ctx.num_sources, ctx.mixed_dtype = len(sources), mixed.dtype
-    ctx.save_for_backward(query, output[0], output[2], output[3], *sources, *inv)
+    out, _, keep, take = output
+    return query, out, keep, take, sources, inv, mixed.dtype  # never the mixture
 
 
-def _merge_op_backward(ctx, grad_out, grad_total, grad_keep, grad_take):
-    query, out, keep, take, *rest = ctx.saved_tensors
-    n = ctx.num_sources
-    grad_mixed, grad_lse, grad_q, grad_sources, grad_inv = _merge_backward(
-        query, out, keep, take, list(rest[:n]), list(rest[n:]), ctx.mixed_dtype,
-        grad_out, grad_total, grad_keep, grad_take)
-    return grad_mixed, grad_lse, grad_q, grad_sources, grad_inv
+_merge = FastOp("attnres::merge_sources", _merge_forward, fake=_merge_fake, save=_merge_save,
+                backward=lambda saved, *grads: _merge_backward(*saved, *grads), materialize_grads=False)
 
 
-_merge_op.register_autograd(_merge_op_backward, setup_context=_merge_op_setup)
-
-
-class _MergeSources(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, mixed: Tensor, lse: Tensor, query: Tensor, num_sources: int, *tensors: Tensor):
-        sources, inv = list(tensors[:num_sources]), list(tensors[num_sources:])
-        out, total, keep, take = _merge_forward(mixed, lse, query, sources, inv)
-        ctx.num_sources, ctx.mixed_dtype = num_sources, mixed.dtype
-        ctx.save_for_backward(query, out, keep, take, *tensors)
-        ctx.set_materialize_grads(False)
-        return out, total, keep, take
+class _MergeSources:
+    """The eager autograd form, called as before `FastOp` (tests/routing/test_fused_cpu.py compares
+    the fused merge with it): apply(mixed, lse, query, j, *sources, *inv)."""
 
     @staticmethod
-    def backward(ctx, grad_out, grad_total, grad_keep, grad_take):
-        query, out, keep, take, *rest = ctx.saved_tensors
-        n = ctx.num_sources
-        grad_mixed, grad_lse, grad_q, grad_sources, grad_inv = _merge_backward(
-            query, out, keep, take, rest[:n], rest[n:], ctx.mixed_dtype, grad_out, grad_total, grad_keep, grad_take)
-        return grad_mixed, grad_lse, grad_q, None, *grad_sources, *grad_inv
+    def apply(mixed: Tensor, lse: Tensor, query: Tensor, num_sources: int, *tensors: Tensor):
+        return _merge.autograd(mixed, lse, query, list(tensors[:num_sources]), list(tensors[num_sources:]))
 
 
 def merge_sources(prefix: RoutedPrefix, sources: list[Tensor], inv: list[Tensor] | None,
@@ -220,15 +196,7 @@ def merge_sources(prefix: RoutedPrefix, sources: list[Tensor], inv: list[Tensor]
         out, total, keep, take = merge_sources_fused(prefix.mixed, prefix.lse, prefix.query, sources, inv, eps=eps)
         return _merged(prefix, out, total, keep, take, need_weights)
     inv = [inv_rms(v, eps) for v in sources] if inv is None else list(inv)
-    tensors = (prefix.mixed, prefix.lse, prefix.query, *sources, *inv)
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        # Plain ops, also when compiling (a decode step): inductor fuses them, an opaque op costs a call.
-        out, total, keep, take = _merge_forward(prefix.mixed, prefix.lse, prefix.query, sources, inv)
-    elif torch.compiler.is_compiling():
-        out, total, keep, take = _merge_op(prefix.mixed, prefix.lse, prefix.query, sources, inv)
-    else:
-        out, total, keep, take = _MergeSources.apply(prefix.mixed, prefix.lse, prefix.query, len(sources),
-                                                     *sources, *inv)
+    out, total, keep, take = _merge(prefix.mixed, prefix.lse, prefix.query, sources, inv)
     return _merged(prefix, out, total, keep, take, need_weights)
 
 
