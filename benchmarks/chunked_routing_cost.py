@@ -24,14 +24,14 @@ from attnres.model import ModelConfig
 from attnres.train.cost import VariantRunner
 
 
-def cases(routing_impl: str, num_layers: int) -> dict[str, dict]:
-    """Display name -> ModelConfig fields of every measured model (block variants: the valid block
-    count nearest 8)."""
-    chunkable = {f"{residual} C={label}": dict(residual=residual, routing_chunk_size=chunk)
+def cases(num_layers: int) -> dict[str, tuple[dict, int | None]]:
+    """Display name -> (ModelConfig fields, routing chunk size) of every measured model (block
+    variants: the valid block count nearest 8)."""
+    chunkable = {f"{residual} C={label}": (dict(residual=residual), chunk)
                  for residual in ("full_attnres", "delta_attnres") for label, chunk in (("1", 1), ("auto", None))}
-    blocks = {name: dict(residual=name, num_blocks=nearest_num_blocks(num_layers, 8)) for name in ("block_attnres", "delta_block")}
-    return {name: {**fields, "routing_impl": routing_impl}
-            for name, fields in {"standard": {}, **chunkable, **blocks}.items()}
+    blocks = {name: (dict(residual=name, residual_options={"num_blocks": nearest_num_blocks(num_layers, 8)}), None)
+              for name in ("block_attnres", "delta_block")}
+    return {"standard": ({}, None), **chunkable, **blocks}
 
 
 def main() -> None:
@@ -49,8 +49,9 @@ def main() -> None:
                  num_heads=max(1, args.hidden // 64), num_kv_heads=max(1, args.hidden // 128),
                  intermediate_size=3 * args.hidden, max_seq_len=args.seq_len)
     batch = torch.randint(0, 4096, (1, args.seq_len), generator=torch.Generator().manual_seed(0))
-    runners = {name: VariantRunner(ModelConfig(**shape, **fields), torch.device("cpu"), "fp32", batch, None, 0)
-               for name, fields in cases(args.routing_impl, args.layers).items()}
+    runners = {name: VariantRunner(ModelConfig(**shape, **fields), torch.device("cpu"), "fp32", batch, None, 0,
+                                   args.routing_impl, chunk)
+               for name, (fields, chunk) in cases(args.layers).items()}
     timings = run_interleaved([Task(name, runner.train_step) for name, runner in runners.items()],
                               repeats=args.repeats, warmup=args.warmup)
     machine = machine_info(torch.device("cpu"))

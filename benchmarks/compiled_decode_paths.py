@@ -43,17 +43,18 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     blocks = nearest_num_blocks(args.layers, 8)
-    cases = {"standard": {}}
+    cases = {"standard": ({}, "auto")}
     for impl in args.impls:
-        cases[f"block_attnres {impl}"] = dict(residual="block_attnres", num_blocks=blocks, routing_impl=impl)
-        cases[f"full_attnres {impl}"] = dict(residual="full_attnres", routing_impl=impl)
+        cases[f"block_attnres {impl}"] = (dict(residual="block_attnres", residual_options={"num_blocks": blocks}), impl)
+        cases[f"full_attnres {impl}"] = (dict(residual="full_attnres"), impl)
     decodings, compile_s = {}, {}
     capacity = args.prompt + 2 * args.rounds * args.steps + 8
-    for name, fields in cases.items():
+    for name, (fields, impl) in cases.items():
         torch.manual_seed(0)
         model = AttnResLM(ModelConfig(vocab_size=4096, hidden_size=args.hidden, num_layers=args.layers,
                                       num_heads=max(1, args.hidden // 64), num_kv_heads=max(1, args.hidden // 128),
-                                      intermediate_size=3 * args.hidden, max_seq_len=capacity + 64, **fields)).eval()
+                                      intermediate_size=3 * args.hidden, max_seq_len=capacity + 64, **fields))
+        model = model.set_routing(impl).eval()
         generator = FastGenerator(model, options={"cpp_wrapper": args.cpp_wrapper})
         decoding = generator.start(torch.randint(0, 4096, (1, args.prompt)), max_new_tokens=capacity - args.prompt)
         begin = time.perf_counter()

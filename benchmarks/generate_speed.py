@@ -48,7 +48,7 @@ def converted_dir(gguf: Path, work: Path, residual: str, num_blocks: int | None)
     out = work / (f"smollm2-{residual}" + ("" if num_blocks is None else f"-{num_blocks}"))
     if not (out / "config.json").is_file():
         print(f"converting {gguf.name} to {residual} -> {out}", flush=True)
-        convert_to_hf(gguf, out, residual=residual, num_blocks=num_blocks)
+        convert_to_hf(gguf, out, residual=residual, residual_options={} if num_blocks is None else {"num_blocks": num_blocks})
     return out
 
 

@@ -52,13 +52,18 @@ LARGE_VARIANTS = {"standard": None, "block_attnres": 12, "delta_block": 12, "ful
 LARGE_SCHEDULES = [("1f1b", 1), ("interleaved1f1b", 3), ("interleaved1f1b", 9)]
 
 
+def blocks_option(num_blocks: int | None) -> dict:
+    """The residual options of a table entry: its block count, where it has one."""
+    return {} if num_blocks is None else {"num_blocks": num_blocks}
+
+
 def measure(rank: int, world_size: int, variants: list[str] | None = None) -> list[dict]:
     """Run every (variant, schedule, cache) for one step; rows of measured and predicted bytes.
     variants: names from VARIANTS (default all)."""
     rows = []
     for residual in variants or VARIANTS:
         num_blocks = VARIANTS[residual]
-        config = ModelConfig(**SMALL, residual=residual, num_blocks=num_blocks)
+        config = ModelConfig(**SMALL, residual=residual, residual_options=blocks_option(num_blocks))
         torch.manual_seed(0)
         model = AttnResLM(config)
         ids = torch.randint(0, config.vocab_size, (SMALL_RUN["num_microbatches"] * SMALL_RUN["microbatch_size"],
@@ -89,7 +94,7 @@ def predict(num_ranks: int = 4) -> list[dict]:
     """Bytes per step for the paper shape from the layout alone (bf16: 2 bytes per element)."""
     rows = []
     for residual, num_blocks in LARGE_VARIANTS.items():
-        config = ModelConfig(**LARGE, residual=residual, num_blocks=num_blocks)
+        config = ModelConfig(**LARGE, residual=residual, residual_options=blocks_option(num_blocks))
         for schedule, stages_per_rank in LARGE_SCHEDULES:
             row = dict(residual=residual, num_blocks=num_blocks, schedule=schedule, ranks=num_ranks,
                        stages_per_rank=stages_per_rank)

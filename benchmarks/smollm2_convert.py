@@ -33,7 +33,7 @@ import attnres.hf  # noqa: F401  (registers the Auto classes)
 from attnres import AttnResLM
 from attnres.hf.convert import convert_checkpoint
 from attnres.hf.export import convert_to_hf
-from smollm2_step0 import CACHE, KEYS, SEED, held_out_batches, provenance, smollm2_gguf, variants, write_json
+from smollm2_step0 import CACHE, KEYS, SEED, held_out_batches, options_of, provenance, smollm2_gguf, variants, write_json
 
 QUESTIONS = ["What is the capital of France?", "Name three primary colours.", "Say hello in one word."]
 SPECIAL = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -83,8 +83,8 @@ def eps_check(gguf: Path, source, batches: list[torch.Tensor], num_blocks: int =
         for eps in (standard.config.norm_eps, 1e-12):
             for module in norms:
                 module.variance_epsilon = eps
-            config = dataclasses.replace(standard.config, residual="block_attnres", num_blocks=num_blocks,
-                                         norm_eps=eps)
+            config = dataclasses.replace(standard.config, residual="block_attnres",
+                                         residual_options={"num_blocks": num_blocks}, norm_eps=eps)
             model = AttnResLM(config).eval()
             model.load_state_dict(standard.state_dict(), strict=False)  # routers keep zero queries
             gap = logit_gap(model, source, batches)[0]
@@ -146,8 +146,7 @@ def main(argv: list[str] | None = None) -> Path | None:
                 began = time.perf_counter()
                 out = Path(root) / f"{variant['key'].replace(':', '-')}-{dtype}"
                 torch.manual_seed(SEED)  # mHC draws its stream projections at initialisation
-                convert_to_hf(gguf, out, residual=variant["residual"], num_blocks=variant["num_blocks"],
-                              exact_conversion=variant["exact_conversion"], dtype=dtype)
+                convert_to_hf(gguf, out, residual=variant["residual"], residual_options=options_of(variant), dtype=dtype)
                 dtype_name = str(dtype).split(".")[-1]
                 row = {**variant, "dtype": dtype_name, "safetensors_mb": megabytes(out / "model.safetensors"),
                        **dict.fromkeys(MEASURED)}

@@ -28,9 +28,9 @@ from smollm2_step0 import smollm2_gguf
 
 RUNS = [  # name, convert arguments, finetune overrides
     ("standard", ["--residual", "standard"], []),
-    ("delta_block N=6", ["--residual", "delta_block", "--num-blocks", "6"], []),
-    ("block_attnres N=6, zero queries", ["--residual", "block_attnres", "--num-blocks", "6"], []),
-    ("block_attnres N=6, N(0,0.02) queries", ["--residual", "block_attnres", "--num-blocks", "6"],
+    ("delta_block N=6", ["--residual", "delta_block", "--option", "num_blocks=6"], []),
+    ("block_attnres N=6, zero queries", ["--residual", "block_attnres", "--option", "num_blocks=6"], []),
+    ("block_attnres N=6, N(0,0.02) queries", ["--residual", "block_attnres", "--option", "num_blocks=6"],
      ["train.query_init=normal"]),
 ]
 

@@ -40,7 +40,7 @@ from attnres.report.document import dumps_json, jsonable
 from attnres.routing.route import resolve_impl
 
 # (key, residual, exact_conversion, blocked): every residual `attnres convert` accepts; the blocked
-# variants take --num-blocks (6 for SmolLM2's 60 sub-layers).
+# variants take --num-blocks here (6 for SmolLM2's 60 sub-layers).
 VARIANTS = [("standard", "standard", None, False), ("full_attnres", "full_attnres", None, False),
             ("block_attnres", "block_attnres", None, True), ("delta_attnres", "delta_attnres", None, False),
             ("delta_block", "delta_block", None, True), ("delta_block:gate", "delta_block", "gate", True),
@@ -60,6 +60,11 @@ def variants(num_blocks: int, keys: list[str] | None = None) -> list[dict]:
             fields = {"residual": residual, "num_blocks": num_blocks if blocked else None, "exact_conversion": exact}
             chosen.append({"key": key, "name": variant_name(fields), **fields})
     return chosen
+
+
+def options_of(variant: dict) -> dict:
+    """The residual options of a `variants` entry (its num_blocks and exact_conversion, where set)."""
+    return {key: variant[key] for key in ("num_blocks", "exact_conversion") if variant[key] is not None}
 
 
 def smollm2_gguf(cache: Path) -> Path:
@@ -128,8 +133,7 @@ def main(argv: list[str] | None = None) -> Path:
     rows, reference = [], None
     for variant in variants(args.num_blocks, args.variants):
         config = standard.config.__class__(**{**standard.config.to_dict(), "residual": variant["residual"],
-                                              "num_blocks": variant["num_blocks"],
-                                              "exact_conversion": variant["exact_conversion"]})
+                                              "residual_options": options_of(variant)})
         torch.manual_seed(SEED)
         model = AttnResLM(config).eval()
         model.load_state_dict(standard.state_dict(), strict=False)  # routers keep their initialisation

@@ -40,7 +40,7 @@ def main() -> None:
                  max_seq_len=256)
     fields = dict(residual=args.variant)
     if VARIANTS[args.variant].uses_blocks:
-        fields["num_blocks"] = nearest_num_blocks(args.layers, 8)
+        fields["residual_options"] = {"num_blocks": nearest_num_blocks(args.layers, 8)}
     batch = torch.randint(0, shape["vocab_size"], (1, tokens), generator=torch.Generator().manual_seed(0))
     runners = {name: VariantRunner(ModelConfig(**shape, **f), torch.device("cpu"), "fp32", batch, None, 0)
                for name, f in (("standard", {}), (args.variant, fields))}

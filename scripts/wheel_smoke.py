@@ -53,13 +53,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, residual: str, num_blocks: int | None, vocab: int = 64, width: int = 32, layers: int = 4,
+    def __init__(self, residual: str, options: dict, vocab: int = 64, width: int = 32, layers: int = 4,
                  context: int = 16) -> None:
         super().__init__()
         self.wte, self.wpe = nn.Embedding(vocab, width), nn.Embedding(context, width)
         self.h = nn.ModuleList(Block(width, 4) for _ in range(layers))
         self.ln_f, self.head = nn.LayerNorm(width), nn.Linear(width, vocab, bias=False)
-        self.residual = attnres.build_residual(residual, num_layers=layers, hidden_size=width, num_blocks=num_blocks)
+        self.residual = attnres.build_residual(residual, options, num_layers=layers, hidden_size=width)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         state = self.residual.start(self.wte(idx) + self.wpe(torch.arange(idx.shape[1])))
@@ -72,9 +72,9 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
-def drop_in_losses(residual: str, num_blocks: int | None, steps: int = 25) -> list[float]:
+def drop_in_losses(residual: str, options: dict, steps: int = 25) -> list[float]:
     torch.manual_seed(0)
-    model = GPT(residual, num_blocks)
+    model = GPT(residual, options)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     data = torch.randint(0, 64, (8, 17), generator=torch.Generator().manual_seed(1))
     losses = []
@@ -103,13 +103,14 @@ def main(repo: Path, expected_files: Path) -> None:
 
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        for residual, num_blocks in (("block_attnres", 2), ("delta_attnres", None)):
-            losses = drop_in_losses(residual, num_blocks)
+        for residual, options in (("block_attnres", {"num_blocks": 2}), ("delta_attnres", {})):
+            losses = drop_in_losses(residual, options)
             check(all(math.isfinite(v) for v in losses) and losses[-1] < losses[0] - 1.0,
                   f"{residual}: the drop-in model's loss did not fall: {losses[0]:.3f} -> {losses[-1]:.3f}")
             print(f"wheel smoke: drop-in {residual}: loss {losses[0]:.3f} -> {losses[-1]:.3f} in {len(losses)} steps")
         config = attnres.ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                                     intermediate_size=64, residual="block_attnres", num_blocks=2, max_seq_len=32)
+                                     intermediate_size=64, residual="block_attnres", residual_options={"num_blocks": 2},
+                                     max_seq_len=32)
         model = attnres.AttnResLM(config)
         ids = torch.randint(0, 64, (2, 12))
         out = model(ids, labels=ids)

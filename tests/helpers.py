@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from attnres.common import toolchain
+from attnres.residual.variants import EXACT_CONVERSIONS
 from attnres.routing import fused_cpu
 
 # Tests of the fused CPU routing kernel (routing_impl "fused") run where it is built or can be built
@@ -15,6 +16,18 @@ needs_fused_cpu = pytest.mark.skipif(_FUSED_CPU_MISSING is not None,
 needs_inductor_cpu = pytest.mark.skipif(toolchain.inductor_compiler() is None,
                                         reason=f"torch.compile's inductor on CPU needs a C++ compiler: "
                                                f"{toolchain.missing('g++')}")
+
+
+def options_of(**values) -> dict:
+    """A variant's options (`ModelConfig.residual_options`) from keywords, leaving out those set to None
+    (a parametrised case's "not this variant's option")."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
+def exact_conversions(variant) -> tuple[str, ...]:
+    """The exact conversions (method §4) a row of the variant table accepts: every one where its
+    options have `exact_conversion`, none elsewhere."""
+    return EXACT_CONVERSIONS if "exact_conversion" in variant.options.names() else ()
 
 
 def activate_routing(routers, gate: float = 0.5) -> None:

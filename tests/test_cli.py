@@ -75,7 +75,8 @@ CPU_TINY = str(Path(attnres.__file__).parent / "configs" / "cpu-tiny.yaml")
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["train", "--config", CPU_TINY, "--set", "model.num_blocks=5"], "ModelConfig.num_blocks=5 gives blocks of"),
+    (["train", "--config", CPU_TINY, "--set", "model.num_blocks=5"],
+     "ModelConfig.residual_options.num_blocks=5 gives blocks of"),
     (["train", "--config", CPU_TINY, "--set", "train.lr=-1"], "TrainConfig.lr must be a positive number, got -1"),
     (["train", "--config", "absent.yaml"], "absent.yaml does not exist"),
     (["compare", "--preset", "nosuch"], "unknown compare preset 'nosuch'"),

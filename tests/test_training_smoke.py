@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnres import AttnResLM, ModelConfig
-from tests.helpers import train_losses
+from tests.helpers import options_of, train_losses
 
 VARIANTS = [("standard", None, None), ("full_attnres", None, None), ("block_attnres", 2, None),
             ("delta_attnres", None, None), ("delta_block", 2, None), ("delta_block", 2, "gate"),
@@ -18,7 +18,8 @@ VARIANTS = [("standard", None, None), ("full_attnres", None, None), ("block_attn
 def test_thirty_adamw_steps_lower_the_loss(residual, num_blocks, exact):
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
-                         intermediate_size=64, residual=residual, num_blocks=num_blocks, exact_conversion=exact)
+                         intermediate_size=64, residual=residual,
+                         residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact))
     model = AttnResLM(config)
     batch = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
     losses = train_losses(model, batch, 30, weight_decay=0.0)
@@ -33,7 +34,8 @@ def test_thirty_adamw_steps_lower_the_loss(residual, num_blocks, exact):
 def test_training_under_bf16_autocast():
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                         intermediate_size=64, residual="block_attnres", num_blocks=2)
+                         intermediate_size=64, residual="block_attnres",
+                         residual_options={"num_blocks": 2})
     model = AttnResLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     batch = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))

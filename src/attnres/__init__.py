@@ -1,14 +1,14 @@
 """attnres: depth routing residuals (Attention Residuals, Delta Attention Residuals) for PyTorch.
 
-    AttnResLM(ModelConfig(..., residual="block_attnres", num_blocks=8))   # the whole decoder
+    AttnResLM(ModelConfig(..., residual="block_attnres", residual_options={"num_blocks": 8}))  # the whole decoder
     build_residual("delta_block", num_layers=12, hidden_size=768, num_blocks=4)  # drop-in for your own loop
 """
 
 from attnres.common.errors import InputError
 from attnres.model import AttnResLM, CausalLMOutput, ConfigError, ModelConfig
-from attnres.residual import ResidualScheme, Variant, build_residual, register_variant
+from attnres.residual import ResidualScheme, Variant, VariantOptions, build_residual, option, register_variant
 from attnres.routing import DepthMixer
 
 __all__ = ["AttnResLM", "CausalLMOutput", "ConfigError", "DepthMixer", "InputError", "ModelConfig", "ResidualScheme",
-           "Variant", "build_residual", "register_variant"]
+           "Variant", "VariantOptions", "build_residual", "option", "register_variant"]
 __version__ = "0.1.0"

@@ -118,9 +118,12 @@ def _convert(args: argparse.Namespace) -> int:
 
     from attnres.hf.export import convert_to_hf
 
+    from attnres.common.config_files import parse_assignment
+
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
-    out, model = convert_to_hf(args.source, args.out, residual=args.residual, num_blocks=args.num_blocks,
-                               exact_conversion=args.exact, dtype=dtype, max_seq_len=args.max_seq_len)
+    options = dict(parse_assignment(item, "--option", "NAME=VALUE (e.g. num_blocks=4)") for item in args.option)
+    out, model = convert_to_hf(args.source, args.out, residual=args.residual, residual_options=options, dtype=dtype,
+                               max_seq_len=args.max_seq_len)
     print(f"converted {args.source} -> {out} ({model.config.residual}, {sum(p.numel() for p in model.parameters()):,} "
           f"parameters, {args.dtype}); load with: import attnres.hf; AutoModelForCausalLM.from_pretrained({str(out)!r})")
     return 0
@@ -321,12 +324,9 @@ def _convert_parser(sub) -> None:
                                         "or a .gguf file")
     convert.add_argument("--residual", default="standard", choices=list(VARIANTS),
                          help="the residual variant of the converted model, one of %(choices)s (default: %(default)s)")
-    convert.add_argument("--num-blocks", type=int, default=None,
-                         help="blocks of sub-layers, for block_attnres and delta_block (default: none; those "
-                              "two need it)")
-    convert.add_argument("--exact", choices=["gate", "partial"], default=None,
-                         help="delta_block's exact conversion, one of %(choices)s: a zero-initialised gate or the "
-                              "partial-sum source (default: none, Delta Block as specified, not function-preserving)")
+    convert.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                         help="an option of the residual variant (repeatable; docs/reference/config.md lists each "
+                              "variant's), e.g. --option num_blocks=4 --option exact_conversion=gate (default: none)")
     convert.add_argument("--max-seq-len", type=int, default=None,
                          help="longest sequence the model accepts (default: the source's max_position_embeddings)")
     convert.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", type=lambda s: DTYPE_NAMES.get(s, s),

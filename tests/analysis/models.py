@@ -5,11 +5,15 @@ import torch
 from attnres import AttnResLM, ModelConfig
 
 
-def tiny_model(residual, num_blocks=None, seed=0, num_layers=2, **extra):
-    """A 32-wide decoder of `num_layers` layers, seeded."""
+def tiny_model(residual, num_blocks=None, seed=0, num_layers=2, routing_impl="auto", **options):
+    """A 32-wide decoder of `num_layers` layers, seeded; `options`: the variant's options, routed with
+    `routing_impl`."""
     torch.manual_seed(seed)
-    return AttnResLM(ModelConfig(vocab_size=64, hidden_size=32, num_layers=num_layers, num_heads=4, num_kv_heads=2,
-                                 intermediate_size=64, residual=residual, num_blocks=num_blocks, **extra))
+    if num_blocks is not None:
+        options["num_blocks"] = num_blocks
+    model = AttnResLM(ModelConfig(vocab_size=64, hidden_size=32, num_layers=num_layers, num_heads=4, num_kv_heads=2,
+                                  intermediate_size=64, residual=residual, residual_options=options))
+    return model.set_routing(routing_impl)
 
 
 def randomize_routers(model, seed=1):

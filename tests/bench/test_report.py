@@ -42,7 +42,7 @@ def test_quick_run_writes_markdown_and_json(tmp_path, capsys):
         assert row["memory"]["peak_bytes"] == row["memory"]["activation_bytes"] + row["memory"]["non_activation_bytes"]
         assert f"| {name} |" in markdown
     assert variants[BASELINE]["ratios"]["train_step"] == 1.0
-    assert variants["block_attnres"]["model"]["num_blocks"] == 4  # 8 is invalid for 4 sub-layers
+    assert variants["block_attnres"]["model"]["residual_options"]["num_blocks"] == 4  # 8 is invalid for 4 sub-layers
 
     assert [entry["num_layers"] for entry in results["depth_sweep"]] == [1, 2]
     for entry in results["depth_sweep"]:

@@ -33,7 +33,8 @@ def path_with(monkeypatch, tmp_path, *programs):
 def tiny_model():
     torch.manual_seed(0)
     return AttnResLM(ModelConfig(vocab_size=32, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
-                                 intermediate_size=32, residual="block_attnres", num_blocks=2, max_seq_len=32))
+                                 intermediate_size=32, residual="block_attnres", residual_options={"num_blocks": 2},
+                                 max_seq_len=32))
 
 
 def test_the_extension_build_calls_cxx_else_cpp_as_torch_does(monkeypatch, tmp_path):

@@ -63,16 +63,21 @@ def test_query_init_variant_sets_train_field_and_name(preset):
     run = variant_run(preset.run, preset.variants[1], seed=3, out_dir="x")
     assert run.train.query_init == "normal" and run.train.seed == 3 and run.model["residual"] == "block_attnres"
     assert variant_name(preset.variants[1]) == "block_attnres (N=2) [q~N(0,0.02)]"
-    with pytest.raises(RunConfigError, match="unknown key.*'lr'.*allowed: residual, num_blocks"):
+    with pytest.raises(RunConfigError, match=r"unknown key.*'lr'.*allowed: residual, residual_options, query_init "
+                                             r"and the options of residual='standard'"):
         variant_run(preset.run, {"residual": "standard", "lr": 1.0}, seed=0, out_dir="x")
 
 
 def test_a_variant_sets_router_ablations_as_model_fields_and_a_bad_one_is_refused_before_training(preset):
     variant = {"residual": "full_attnres", "router_query": "input_dependent", "router_key_norm": False}
     run = variant_run(preset.run, variant, seed=0, out_dir="x")
-    assert run.model["router_query"] == "input_dependent" and run.model["router_key_norm"] is False
+    options = run.model["residual_options"]
+    assert options["query"] == "input_dependent" and options["key_norm"] is False
     assert variant_name(variant) == "full_attnres [input query] [no key norm]"
-    with pytest.raises(Exception, match="router_weights='sigmoid' is a router ablation"):
+    nested = {"residual": "full_attnres", "residual_options": {"query": "input_dependent", "key_norm": False}}
+    assert variant_run(preset.run, nested, seed=0, out_dir="x") == run and variant_name(nested) == variant_name(variant)
+    with pytest.raises(Exception, match=r"router_weights applies only to residual in \[.*'full_attnres'.*\]; "
+                                        r"leave it unset for residual='standard'"):
         variant_run(preset.run, {"residual": "standard", "router_weights": "sigmoid"}, seed=0, out_dir="x")
 
 

@@ -75,7 +75,7 @@ def test_presets_are_listed_and_validated():
     assert preset.run["train"]["warmup_steps"] == 60  # in the stable regime (docs/explanation/ablation.md)
     with pytest.raises(RunConfigError, match=r"unknown compare preset 'nope'; available: \[.*'smoke'"):
         load_preset("nope")
-    with pytest.raises(ValueError, match="ModelConfig.num_blocks"):
+    with pytest.raises(ValueError, match=r"ModelConfig.residual_options.num_blocks.*allowed values"):
         load_preset("smoke", ["model.num_layers=3"])  # N=4 is not valid for 6 sub-layers
 
 

@@ -26,7 +26,8 @@ def test_every_variant_is_timed_in_every_round_standard_first(monkeypatch):
         return real_step(runner)
 
     monkeypatch.setattr(cost_module.VariantRunner, "train_step", recording_step)
-    runs = {"block_attnres (N=2)": tiny_run("block_attnres", num_blocks=2), "standard": tiny_run("standard")}
+    runs = {"block_attnres (N=2)": tiny_run("block_attnres", residual_options={"num_blocks": 2}),
+            "standard": tiny_run("standard")}
     lines = []
     result = measure_costs(runs, vocab_size=40, settings=CostSettings(repeats=5, warmup=1), log=lines.append)
     # interleaved: each round runs standard, then the variant; one warm-up round is dropped
@@ -37,7 +38,7 @@ def test_every_variant_is_timed_in_every_round_standard_first(monkeypatch):
         assert len(measured["train_step_s"]["samples_s"]) == 5, name
         assert measured["memory"]["peak_bytes"] > measured["memory"]["activation_bytes"] > 0
     block = result["variants"]["block_attnres (N=2)"]
-    assert block["model"]["vocab_size"] == 40 and block["model"]["num_blocks"] == 2
+    assert block["model"]["vocab_size"] == 40 and block["model"]["residual_options"]["num_blocks"] == 2
     assert block["parameters"] > result["variants"]["standard"]["parameters"]  # its routers
     settings = result["settings"]
     assert (settings["batch_size"], settings["seq_len"], settings["precision"]) == (2, 16, "fp32")

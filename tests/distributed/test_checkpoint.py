@@ -118,7 +118,7 @@ def test_checkpoint_of_another_model_is_refused(runs):
                                               r"\(\d+, 32\), model \(\d+, 48\)"):
         load_model_state(checkpoint, model_of(runs, checkpoint, hidden_size=48))
     with pytest.raises(CheckpointError, match=r"missing \[\], unexpected \['residual.routers.0.key_norm.weight'"):
-        load_model_state(checkpoint, model_of(runs, checkpoint, residual="standard", num_blocks=None))
+        load_model_state(checkpoint, model_of(runs, checkpoint, residual="standard", residual_options={}))
 
 
 class Exploit:

@@ -14,7 +14,7 @@ from attnres.distributed.pipeline_layout import PipelineConfig
 from attnres.model.config import ModelConfig
 from attnres.model.decoder import AttnResLM
 from tests.distributed.spawn import run_workers
-from tests.helpers import activate_routing
+from tests.helpers import activate_routing, options_of
 
 # fp32 throughout; the pipeline only re-batches the same operations (micro-batches of 2 rows
 # instead of 4), so losses and gradients agree to rounding. Gradients summed over 16 sub-layers
@@ -48,7 +48,7 @@ class Case:
     tie: bool = False
     num_layers: int = 4
     v_fold: bool = False         # the largest transition shrinks exactly V-fold (one block per stage)
-    router_query: str = "static"  # "input_dependent": the query reads the stream, which then travels
+    query: str | None = None     # "input_dependent": the query reads the stream, which then travels
 
 
 CASES = [
@@ -65,7 +65,7 @@ CASES = [
     Case("full_attnres", None, "1f1b", 1, [5], [5]),           # S=1: n(4)=5, no stream
     Case("delta_block", 2, "1f1b", 1, [3], [3]),               # S=4: stream + n(4)=2
     # an input-dependent query reads x_s, so "replace" mode sends the stream too: stream + n(4)=5
-    Case("full_attnres", None, "1f1b", 1, [6], [6], router_query="input_dependent"),
+    Case("full_attnres", None, "1f1b", 1, [6], [6], query="input_dependent"),
     # DenseFormer: stream + states x_0 .. x_{b/2}: n(b) = 1 + b/2 = 2, 3, 4; cached(1) = n(2) = 2,
     # cached(2) = n(4) = 3
     Case("denseformer", None, "interleaved1f1b", 2, [3, 4, 5], [3, 2, 2]),
@@ -79,8 +79,9 @@ FOUR_RANKS = Case("block_attnres", 8, "interleaved1f1b", 2, [2, 3, 4, 5, 6, 7, 8
 
 def _model(case: Case) -> AttnResLM:
     config = ModelConfig(vocab_size=48, hidden_size=HIDDEN, num_layers=case.num_layers, num_heads=2, num_kv_heads=1,
-                         intermediate_size=24, residual=case.residual, num_blocks=case.num_blocks,
-                         tie_embeddings=case.tie, max_seq_len=SEQ_LEN, router_query=case.router_query)
+                         intermediate_size=24, residual=case.residual,
+                         residual_options=options_of(num_blocks=case.num_blocks, query=case.query),
+                         tie_embeddings=case.tie, max_seq_len=SEQ_LEN)
     torch.manual_seed(0)
     model = AttnResLM(config)
     activate_routing(model.routers)  # non-uniform routing, so a wrong or missing source shows

@@ -6,11 +6,12 @@ import pytest
 
 from attnres.distributed.pipeline_layout import PipelineConfig, PipelineConfigError, build_layout
 from attnres.model.config import ModelConfig
+from tests.helpers import options_of
 
 
 def _model(residual="block_attnres", num_blocks=4, num_layers=8) -> ModelConfig:
     return ModelConfig(vocab_size=32, hidden_size=16, num_layers=num_layers, num_heads=2, num_kv_heads=1,
-                       intermediate_size=24, residual=residual, num_blocks=num_blocks)
+                       intermediate_size=24, residual=residual, residual_options=options_of(num_blocks=num_blocks))
 
 
 def _config(**overrides) -> PipelineConfig:

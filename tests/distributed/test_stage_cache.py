@@ -14,7 +14,7 @@ from attnres.distributed.pipeline_stage import StageModule
 from attnres.distributed.stage_cache import ByteCounter, SourceCache
 from attnres.model.config import ModelConfig
 from attnres.model.decoder import AttnResLM, next_token_loss
-from tests.helpers import activate_routing
+from tests.helpers import activate_routing, options_of
 
 
 def test_later_stage_gradient_reaches_the_owner_through_the_tap():
@@ -81,8 +81,9 @@ def test_stages_chained_by_hand_match_the_unsplit_model(residual, num_blocks, pa
     The block variants have blocks of two layers, so stage boundaries cut blocks and partial sums
     travel (delta_block also routes over its partial: exact_conversion="partial")."""
     config = ModelConfig(vocab_size=32, hidden_size=16, num_layers=4, num_heads=2, num_kv_heads=1,
-                         intermediate_size=24, residual=residual, num_blocks=num_blocks, max_seq_len=6,
-                         exact_conversion="partial" if residual == "delta_block" else None)
+                         intermediate_size=24, residual=residual, max_seq_len=6,
+                         residual_options=options_of(num_blocks=num_blocks, exact_conversion="partial"
+                                                     if residual == "delta_block" else None))
     torch.manual_seed(0)
     model = AttnResLM(config)
     activate_routing(model.routers)

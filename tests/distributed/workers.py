@@ -88,7 +88,8 @@ def _sharded_checks(rank: int, out: str) -> None:
     from attnres.train import TrainConfig
 
     config = ModelConfig(vocab_size=64, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1,
-                         intermediate_size=32, residual="delta_block", num_blocks=2, exact_conversion="gate")
+                         intermediate_size=32, residual="delta_block",
+                         residual_options={"num_blocks": 2, "exact_conversion": "gate"})
     model = AttnResLM(config)
     parallel = wrap_model(model, "fsdp", current_env(), TrainConfig(parallel="fsdp").step_settings())
     embed = model.embed_tokens.weight

@@ -12,6 +12,7 @@ import torch
 
 from attnres.hf.convert import (ConversionError, convert_checkpoint, convert_state_dict, model_config_from_hf,
                                 read_hf_checkpoint)
+from tests.helpers import options_of
 
 transformers = pytest.importorskip("transformers")
 
@@ -106,7 +107,8 @@ def test_function_preserving_variants_equal_transformers(checkpoints, family, ti
     # delta_block gate 1.2e-6 to 2.1e-6 (= standard), partial 1.7e-6 to 2.9e-6. The tolerance is 3x
     # the largest. With transformers' default init (std 0.02) full_attnres differs by 2e-2: eps.
     directory, hf = checkpoints[family, tie]
-    model = convert_checkpoint(directory, residual=residual, num_blocks=num_blocks, exact_conversion=exact)
+    model = convert_checkpoint(directory, residual=residual,
+                               residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact))
     assert model.config.residual == residual and len(model.routers) > 0
     # every mixer at its method's start (zero queries; DenseFormer's averages at the identity on the
     # current layer's output; the stream mixers' initialisation, method §7.3)
@@ -121,7 +123,7 @@ def test_function_preserving_variants_equal_transformers(checkpoints, family, ti
 def test_plain_delta_block_is_not_function_preserving(checkpoints, family):
     # Measured max |logit difference|: 1.2 to 2.2 (versus <= 3e-6 with an exact_conversion option).
     directory, hf = checkpoints[family, False]
-    model = convert_checkpoint(directory, residual="delta_block", num_blocks=2)
+    model = convert_checkpoint(directory, residual="delta_block", residual_options={"num_blocks": 2})
     assert (logits(model) - logits(hf)).abs().max() > 0.1
 
 
@@ -132,8 +134,9 @@ def test_sharded_safetensors_convert_the_same(tmp_path, checkpoints):
     assert not (tmp_path / "model.safetensors").exists()
     config, state = read_hf_checkpoint(tmp_path)
     assert config["model_type"] == "qwen2" and set(state) == set(hf.state_dict())
-    single = convert_checkpoint(checkpoints["qwen2", False][0], residual="block_attnres", num_blocks=3)
-    sharded = convert_checkpoint(tmp_path, residual="block_attnres", num_blocks=3)
+    single = convert_checkpoint(checkpoints["qwen2", False][0], residual="block_attnres",
+                                residual_options={"num_blocks": 3})
+    sharded = convert_checkpoint(tmp_path, residual="block_attnres", residual_options={"num_blocks": 3})
     torch.testing.assert_close(logits(sharded), logits(single), rtol=0, atol=0)
     torch.testing.assert_close(logits(convert_checkpoint(tmp_path)), logits(hf), rtol=1e-5, atol=1e-5)
 
@@ -162,8 +165,8 @@ def test_read_returns_the_config_and_the_raw_state(checkpoints):
 
 def test_bfloat16_conversion(checkpoints):
     directory, hf = checkpoints["qwen3", False]
-    model = convert_checkpoint(directory, residual="delta_block", num_blocks=2, exact_conversion="gate",
-                               dtype=torch.bfloat16)
+    model = convert_checkpoint(directory, residual="delta_block",
+                               residual_options={"num_blocks": 2, "exact_conversion": "gate"}, dtype=torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert torch.get_default_dtype() == torch.float32  # restored after building in bf16
     # bf16 weights and activations against the fp32 reference (measured max difference 0.053, logits std 1.2).
@@ -196,13 +199,15 @@ def test_sparse_configs_take_transformers_class_defaults(family):
 
 def test_model_config_fields_and_variant_arguments():
     raw = hf_config("qwen3", tie=True).to_dict()
-    config = model_config_from_hf(raw, residual="delta_block", num_blocks=3, exact_conversion="partial")
+    config = model_config_from_hf(raw, residual="delta_block",
+                                  residual_options={"num_blocks": 3, "exact_conversion": "partial"})
     assert (config.vocab_size, config.hidden_size, config.num_layers, config.num_heads, config.num_kv_heads,
             config.head_dim, config.intermediate_size) == (100, 32, 3, 4, 2, 16, 48)
-    assert (config.residual, config.num_blocks, config.exact_conversion) == ("delta_block", 3, "partial")
+    options = config.residual_options
+    assert (config.residual, options.num_blocks, options.exact_conversion) == ("delta_block", 3, "partial")
     assert config.tie_embeddings and config.qk_norm and not config.attention_bias and config.max_seq_len == 64
     with pytest.raises(ConversionError, match=r"num_blocks=4 gives blocks of 2 sub-layers.*allowed values"):
-        model_config_from_hf(raw, residual="block_attnres", num_blocks=4)
+        model_config_from_hf(raw, residual="block_attnres", residual_options={"num_blocks": 4})
 
 
 def write_config(directory, config):

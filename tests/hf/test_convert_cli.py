@@ -26,8 +26,10 @@ def qwen3_dir(tmp_path):
     return tmp_path / "src", model
 
 
-@pytest.mark.parametrize("args", [["--residual", "standard"], ["--residual", "block_attnres", "--num-blocks", "2"],
-                                  ["--residual", "delta_block", "--num-blocks", "2", "--exact", "gate"]])
+@pytest.mark.parametrize("args", [["--residual", "standard"],
+                                  ["--residual", "block_attnres", "--option", "num_blocks=2"],
+                                  ["--residual", "delta_block", "--option", "num_blocks=2",
+                                   "--option", "exact_conversion=gate"]])
 def test_convert_then_from_pretrained_reproduces_the_source(tmp_path, qwen3_dir, args, capsys):
     source, hf_model = qwen3_dir
     loaded = assert_converts_to_source_logits(source, hf_model, args, tmp_path / "out", vocab_size=80)

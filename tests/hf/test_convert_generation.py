@@ -44,8 +44,10 @@ def llama_dir(tmp_path_factory):
     return root, model
 
 
-@pytest.mark.parametrize("args", [["--residual", "standard"], ["--residual", "block_attnres", "--num-blocks", "2"],
-                                  ["--residual", "delta_block", "--num-blocks", "2", "--exact", "gate"]])
+@pytest.mark.parametrize("args", [["--residual", "standard"],
+                                  ["--residual", "block_attnres", "--option", "num_blocks=2"],
+                                  ["--residual", "delta_block", "--option", "num_blocks=2",
+                                   "--option", "exact_conversion=gate"]])
 def test_converted_model_stops_at_the_sources_eos(tmp_path, llama_dir, args):
     source_dir, source = llama_dir
     assert main(["convert", str(source_dir), *args, "--out", str(tmp_path / "out")]) == 0

@@ -13,7 +13,7 @@ transformers = pytest.importorskip("transformers")
 import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.hf import AttnResConfig, AttnResForCausalLM  # noqa: E402
 from attnres.model import GenerationResult  # noqa: E402
-from tests.helpers import activate_routing  # noqa: E402
+from tests.helpers import activate_routing, options_of  # noqa: E402
 
 PROMPT = torch.tensor([[5, 17, 42, 8, 23]])
 
@@ -23,8 +23,9 @@ def tiny(residual="block_attnres", num_blocks=2, exact=None, eos=None):
     untied head: tied, this tiny model repeats its last token)."""
     torch.manual_seed(0)
     config = AttnResConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, intermediate_size=48, residual=residual, num_blocks=num_blocks,
-                           exact_conversion=exact, max_position_embeddings=64, eos_token_id=eos,
+                           num_key_value_heads=2, intermediate_size=48, residual=residual,
+                           residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact),
+                           max_position_embeddings=64, eos_token_id=eos,
                            tie_word_embeddings=False)
     model = AttnResForCausalLM(config).eval()
     with torch.no_grad():

@@ -41,9 +41,10 @@ def test_exact_conversion_has_no_loss_spike_and_random_queries_do(setup, monkeyp
     root, corpus = setup
     monkeypatch.setenv("ATTNRES_CACHE", str(root / "cache"))
     standard = finetune(root, corpus, ["--residual", "standard"], "standard")
-    gate = finetune(root, corpus, ["--residual", "delta_block", "--num-blocks", "2", "--exact", "gate"], "gate")
-    block = finetune(root, corpus, ["--residual", "block_attnres", "--num-blocks", "2"], "block")
-    noisy = finetune(root, corpus, ["--residual", "block_attnres", "--num-blocks", "2"], "block-normal",
+    gate = finetune(root, corpus, ["--residual", "delta_block", "--option", "num_blocks=2",
+                                   "--option", "exact_conversion=gate"], "gate")
+    block = finetune(root, corpus, ["--residual", "block_attnres", "--option", "num_blocks=2"], "block")
+    noisy = finetune(root, corpus, ["--residual", "block_attnres", "--option", "num_blocks=2"], "block-normal",
                      "--set", "train.query_init=normal")
     assert gate[0] == pytest.approx(standard[0], abs=1e-5)   # step 1: the source model's loss exactly
     assert block[0] == pytest.approx(standard[0], abs=1e-4)  # zero queries: the same function

@@ -35,7 +35,7 @@ def converted(tmp_path_factory):
     source.save_pretrained(root / "llama")
     tokenizer.save(root / "llama")
     out = root / "converted"
-    assert main(["convert", str(root / "llama"), "--residual", "block_attnres", "--num-blocks", "2",
+    assert main(["convert", str(root / "llama"), "--residual", "block_attnres", "--option", "num_blocks=2",
                  "--out", str(out)]) == 0
     return out
 

@@ -75,7 +75,8 @@ def gguf_file(tmp_path_factory):
 
 
 @pytest.mark.parametrize("args", [["--residual", "standard"],
-                                  ["--residual", "delta_block", "--num-blocks", "2", "--exact", "gate"]])
+                                  ["--residual", "delta_block", "--option", "num_blocks=2",
+                                   "--option", "exact_conversion=gate"]])
 def test_gguf_converts_to_the_source_logits(tmp_path, gguf_file, args):
     path, source = gguf_file  # the GGUF's embedded tokenizer is saved beside the model
     assert_converts_to_source_logits(path, source, args, tmp_path / "out", vocab_size=64)

@@ -80,8 +80,8 @@ def tiny_model_dir(tmp_path):
     rng = random.Random(0)
     tokenizer = train_bpe([" ".join(rng.choice(WORDS) for _ in range(200)) for _ in range(20)], vocab_size=300)
     config = AttnResConfig(vocab_size=300, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, intermediate_size=48, residual="delta_block", num_blocks=2,
-                           max_position_embeddings=128)
+                           num_key_value_heads=2, intermediate_size=48, residual="delta_block",
+                           residual_options={"num_blocks": 2}, max_position_embeddings=128)
     model = AttnResForCausalLM(config)
     activate_routing(model.model.routers)  # non-uniform routing, so routing over padded rows would show
     model_dir = tmp_path / "model"

@@ -8,7 +8,7 @@ transformers = pytest.importorskip("transformers")
 import attnres.hf  # noqa: E402  (registers the Auto classes)
 from attnres import ConfigError  # noqa: E402
 from attnres.hf import AttnResConfig, AttnResForCausalLM  # noqa: E402
-from tests.helpers import activate_routing  # noqa: E402
+from tests.helpers import activate_routing, options_of  # noqa: E402
 
 VARIANTS = [("standard", None, None), ("full_attnres", None, None), ("block_attnres", 2, None),
             ("delta_attnres", None, None), ("delta_block", 2, "gate"), ("delta_block", 2, "partial"),
@@ -18,8 +18,9 @@ VARIANTS = [("standard", None, None), ("full_attnres", None, None), ("block_attn
 def tiny(residual="standard", num_blocks=None, exact=None, tie=True, seed=0):
     torch.manual_seed(seed)
     config = AttnResConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, intermediate_size=48, residual=residual, num_blocks=num_blocks,
-                           exact_conversion=exact, tie_word_embeddings=tie, max_position_embeddings=64)
+                           num_key_value_heads=2, intermediate_size=48, residual=residual,
+                           residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact),
+                           tie_word_embeddings=tie, max_position_embeddings=64)
     model = AttnResForCausalLM(config).eval()
     activate_routing(model.model.routers)
     return model
@@ -33,7 +34,8 @@ def test_save_pretrained_from_pretrained_round_trip_is_exact(tmp_path, residual,
     assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "config.json").is_file()
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert isinstance(loaded, AttnResForCausalLM)
-    assert loaded.config.residual == residual and loaded.config.num_blocks == num_blocks
+    assert loaded.config.residual == residual and loaded.config.residual_options.get("num_blocks") == num_blocks
+    assert loaded.config.residual_options.get("exact_conversion") == exact
     assert transformers.AutoConfig.from_pretrained(tmp_path).to_model_config() == model.config.to_model_config()
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
@@ -99,8 +101,9 @@ def test_one_initialisation_path_same_seed_same_weights(tie, bias):
     from attnres import AttnResLM
 
     config = AttnResConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           num_key_value_heads=2, intermediate_size=48, residual="delta_block", num_blocks=2,
-                           exact_conversion="gate", tie_word_embeddings=tie, attention_bias=bias)
+                           num_key_value_heads=2, intermediate_size=48, residual="delta_block",
+                           residual_options={"num_blocks": 2, "exact_conversion": "gate"}, tie_word_embeddings=tie,
+                           attention_bias=bias)
     torch.manual_seed(5)
     plain = AttnResLM(config.to_model_config())
     torch.manual_seed(5)
@@ -119,7 +122,7 @@ def test_from_pretrained_initialises_what_a_standard_checkpoint_lacks(tmp_path):
     standard = tiny("standard")
     standard.save_pretrained(tmp_path)
     config = transformers.AutoConfig.from_pretrained(tmp_path)
-    config.residual, config.num_blocks, config.exact_conversion = "delta_block", 2, "gate"
+    config.residual, config.residual_options = "delta_block", {"num_blocks": 2, "exact_conversion": "gate"}
     model = AttnResForCausalLM.from_pretrained(tmp_path, config=config).eval()
     assert all(r.gate.item() == 0 and not r.query.any() and bool((r.key_norm.weight == 1).all())
                for r in model.model.routers)
@@ -130,7 +133,8 @@ def test_from_pretrained_initialises_what_a_standard_checkpoint_lacks(tmp_path):
 
 def test_forward_refuses_what_it_does_not_do_and_misspelt_keywords():
     model = AttnResForCausalLM(AttnResConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2, num_kv_heads=1,
-                                             intermediate_size=64, residual="block_attnres", num_blocks=2)).eval()
+                                             intermediate_size=64, residual="block_attnres",
+                                             residual_options={"num_blocks": 2})).eval()
     ids = torch.randint(0, 64, (2, 5))
     with pytest.raises(TypeError, match="lables"):
         model(ids, lables=ids)  # a misspelt keyword is not silently ignored

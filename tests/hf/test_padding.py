@@ -8,7 +8,7 @@ transformers = pytest.importorskip("transformers")
 
 import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.hf import AttnResConfig, AttnResForCausalLM  # noqa: E402
-from tests.helpers import activate_routing  # noqa: E402
+from tests.helpers import activate_routing, options_of  # noqa: E402
 from tests.model.test_decoder import hf_twin, small_config  # noqa: E402
 from tests.model.test_padding import CASES, IDS, pad, real_columns  # noqa: E402
 
@@ -19,8 +19,9 @@ PROMPT_LENGTHS = (6, 3, 1, 4)
 def tiny(residual, num_blocks, exact, seed=0):
     torch.manual_seed(seed)
     config = AttnResConfig(vocab_size=64, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                           num_key_value_heads=2, intermediate_size=48, residual=residual, num_blocks=num_blocks,
-                           exact_conversion=exact, max_position_embeddings=64, pad_token_id=PAD)
+                           num_key_value_heads=2, intermediate_size=48, residual=residual,
+                           residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact),
+                           max_position_embeddings=64, pad_token_id=PAD)
     model = AttnResForCausalLM(config).double().eval()
     activate_routing(model.model.routers)
     return model

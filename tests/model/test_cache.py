@@ -53,7 +53,8 @@ def test_max_len_allocates_once_and_refuses_more():
 def test_layers_fill_independently_and_decoding_through_the_model_reuses_storage():
     torch.manual_seed(0)
     model = AttnResLM(ModelConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                                  intermediate_size=48, residual="block_attnres", num_blocks=2)).eval()
+                                  intermediate_size=48, residual="block_attnres",
+                                  residual_options={"num_blocks": 2})).eval()
     ids = torch.randint(0, 50, (1, 9))
     cache = KVCache(max_len=9)
     with torch.no_grad():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnres import AttnResLM, ModelConfig
-from tests.helpers import activate_routing
+from tests.helpers import activate_routing, options_of
 
 
 # Full and Delta AttnRes route in chunks (5 and 4 routers: automatic C = 2; C = 3 splits Full's 5 as 3 + 2).
@@ -16,10 +16,10 @@ def test_fullgraph_compile_matches_eager(residual, num_blocks, exact, chunk):
     torch._dynamo.reset()
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                         intermediate_size=64, residual=residual, num_blocks=num_blocks, exact_conversion=exact,
-                         routing_chunk_size=chunk)
-    model = AttnResLM(config)
-    assert config.routing_impl == "auto"  # the fused C++ custom ops on CPU once built, else the lean ones
+                         intermediate_size=64, residual=residual,
+                         residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact))
+    model = AttnResLM(config).set_routing(chunk_size=chunk)
+    assert model.residual.impl == "auto"  # the fused C++ custom ops on CPU once built, else the lean ones
     activate_routing(model.routers)
     ids = torch.randint(0, 64, (2, 8))
     # aot_eager traces forward and backward like inductor but skips code generation (fast in CI).
@@ -45,7 +45,8 @@ def test_a_padded_batch_compiles_as_one_graph():
     torch._dynamo.reset()
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2,
-                         intermediate_size=64, residual="delta_block", num_blocks=2, exact_conversion="gate")
+                         intermediate_size=64, residual="delta_block",
+                         residual_options={"num_blocks": 2, "exact_conversion": "gate"})
     model = AttnResLM(config).eval()
     activate_routing(model.routers)
     ids, mask = pad(sequences(), "left")

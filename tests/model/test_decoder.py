@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnres import AttnResLM, ModelConfig
-from tests.helpers import activate_routing
+from tests.helpers import activate_routing, options_of
 
 transformers = pytest.importorskip("transformers")
 
@@ -74,7 +74,7 @@ def test_loss_is_shifted_next_token_cross_entropy():
 
 @pytest.mark.parametrize("residual, num_blocks, exact", VARIANTS)
 def test_output_contract(residual, num_blocks, exact):
-    config = small_config(residual=residual, num_blocks=num_blocks, exact_conversion=exact)
+    config = small_config(residual=residual, residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact))
     model = AttnResLM(config)
     ids = torch.randint(0, 97, (2, 5))
     out = model(ids, return_routing=True)
@@ -97,7 +97,8 @@ def test_output_contract(residual, num_blocks, exact):
 @pytest.mark.parametrize("residual, num_blocks, exact", VARIANTS[1:])
 def test_standard_state_dict_loads_leaving_only_routing_missing(residual, num_blocks, exact):
     standard = AttnResLM(small_config())
-    variant = AttnResLM(small_config(residual=residual, num_blocks=num_blocks, exact_conversion=exact))
+    variant = AttnResLM(small_config(residual=residual,
+                                     residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact)))
     result = variant.load_state_dict(standard.state_dict(), strict=False)
     assert result.unexpected_keys == []
     assert result.missing_keys and all(k.startswith("residual.routers.") for k in result.missing_keys)
@@ -122,7 +123,7 @@ def test_call_time_errors():
 
 
 def test_routing_init_is_zero_query_unit_gain():
-    model = AttnResLM(small_config(residual="delta_block", num_blocks=2, exact_conversion="gate"))
+    model = AttnResLM(small_config(residual="delta_block", residual_options={"num_blocks": 2, "exact_conversion": "gate"}))
     for router in model.routers:
         assert torch.all(router.query == 0) and torch.all(router.key_norm.weight == 1)
         assert router.gate is not None and float(router.gate.detach()) == 0.0
@@ -134,7 +135,8 @@ def test_kv_cache_decoding_equals_the_full_forward(residual, num_blocks, exact):
     from attnres.model import KVCache
 
     torch.manual_seed(0)
-    model = AttnResLM(small_config(residual=residual, num_blocks=num_blocks, exact_conversion=exact)).eval()
+    model = AttnResLM(small_config(residual=residual,
+                                   residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact))).eval()
     activate_routing(model.routers)
     ids = torch.randint(0, 97, (2, 12))
     with torch.no_grad():

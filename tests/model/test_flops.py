@@ -18,42 +18,44 @@ from attnres.model import AttnResLM, ModelConfig
 from attnres.model.flops import TRAINING_MULTIPLIER, flops_per_token, training_flops
 from attnres.routing import DepthWeightedAverage, HyperConnection, MixerFlops, Router
 from attnres.train.run_config import load_run_config
+from tests.helpers import options_of
 
 D, L, T = 32, 4, 48
 PAPER_7B = Path(__file__).resolve().parents[2] / "configs" / "paper" / "qwen3-7.6b.yaml"
 VARIANTS = [
     {"residual": "standard"},
     {"residual": "full_attnres"},
-    {"residual": "full_attnres", "router_query": "input_dependent"},
-    {"residual": "full_attnres", "router_weights": "sigmoid", "router_key_norm": False},
+    {"residual": "full_attnres", "query": "input_dependent"},
+    {"residual": "full_attnres", "weights": "sigmoid", "key_norm": False},
     {"residual": "block_attnres", "num_blocks": 4},
     {"residual": "delta_attnres"},
     {"residual": "delta_block", "num_blocks": 4},
     {"residual": "delta_block", "num_blocks": 4, "exact_conversion": "gate"},
     {"residual": "denseformer"},
     {"residual": "hyper_connections"},
-    {"residual": "hyper_connections", "hc_dynamic": False},
+    {"residual": "hyper_connections", "dynamic": False},
     {"residual": "mhc"},
 ]
 
 
-def config(**fields):
+def config(residual="standard", **options):
+    """The model of variant `residual` with `options` (its residual_options; None: not given)."""
     return ModelConfig(vocab_size=256, hidden_size=D, num_layers=L, num_heads=4, num_kv_heads=2,
-                       intermediate_size=64, max_seq_len=64, **fields)
+                       intermediate_size=64, max_seq_len=64, residual=residual, residual_options=options_of(**options))
 
 
-def counted_config(**fields):
-    """`config` with the routing path the accounting describes, on every machine: the routers'
-    elementwise reference (what "auto" gives with the fused C++ kernel, which the counter does not see
-    into either; without it "auto" takes the lean op, whose batched products the counter does see),
-    and for the stream mixers "auto" (their lean path, taken whether or not the kernel is built)."""
-    streams = fields.get("residual") in ("hyper_connections", "mhc")
-    return config(**fields, routing_impl="auto" if streams else "reference")
+def counted_routing_impl(cfg):
+    """The routing path the accounting describes, on every machine: the routers' elementwise
+    reference (what "auto" gives with the fused C++ kernel, which the counter does not see into
+    either; without it "auto" takes the lean op, whose batched products the counter does see), and
+    for the stream mixers "auto" (their lean path, taken whether or not the kernel is built)."""
+    return "auto" if cfg.residual in ("hyper_connections", "mhc") else "reference"
 
 
 def counted_training_flops(cfg, seq_len):
-    """FlopCounterMode's total for one forward and backward of a (2, seq_len) batch, per token."""
-    model = AttnResLM(cfg)
+    """FlopCounterMode's total for one forward and backward of a (2, seq_len) batch, per token,
+    routed as `counted_routing_impl` says."""
+    model = AttnResLM(cfg).set_routing(counted_routing_impl(cfg))
     tokens = torch.randint(0, cfg.vocab_size, (2, seq_len), generator=torch.Generator().manual_seed(0))
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         model(tokens).logits.float().sum().backward()
@@ -62,7 +64,7 @@ def counted_training_flops(cfg, seq_len):
 
 @pytest.mark.parametrize("fields", VARIANTS, ids=lambda f: "-".join(map(str, f.values())))
 def test_what_the_counter_sees_matches_exactly(fields):
-    cfg = counted_config(**fields)
+    cfg = config(**fields)
     flops = flops_per_token(cfg, T)
     assert counted_training_flops(cfg, T) == TRAINING_MULTIPLIER * flops.counted_by_torch
 

@@ -16,10 +16,10 @@ from attnres import AttnResLM, ModelConfig
 from attnres.model import KVCache, StaticKVCache
 from attnres.model.generation import FastGenerator, Sampling, choose_next
 from attnres.residual import VARIANTS
-from tests.helpers import activate_routing, needs_fused_cpu, needs_inductor_cpu
+from tests.helpers import activate_routing, exact_conversions, needs_fused_cpu, needs_inductor_cpu, options_of
 
 CASES = [(name, 3 if variant.uses_blocks else None, exact)
-         for name, variant in VARIANTS.items() for exact in (None, *variant.exact_conversions)]
+         for name, variant in VARIANTS.items() for exact in (None, *exact_conversions(variant))]
 IDS = [f"{name}-{exact}" for name, _, exact in CASES]
 VOCAB = 64
 
@@ -29,9 +29,10 @@ def model_for(residual="block_attnres", num_blocks=3, exact=None, seed=0, max_se
     an untied head: tied, a model this small mostly repeats tokens)."""
     torch.manual_seed(seed)
     config = ModelConfig(vocab_size=VOCAB, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
-                         intermediate_size=48, residual=residual, num_blocks=num_blocks, exact_conversion=exact,
-                         max_seq_len=max_seq_len, tie_embeddings=False, routing_impl=routing_impl)
-    model = AttnResLM(config).eval()
+                         intermediate_size=48, residual=residual,
+                         residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact),
+                         max_seq_len=max_seq_len, tie_embeddings=False)
+    model = AttnResLM(config).set_routing(routing_impl).eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() > 1:

@@ -15,14 +15,14 @@ from attnres import AttnResLM, ModelConfig
 from attnres.model import KVCache
 from attnres.model.layers import padded_causal_mask, padded_positions
 from attnres.residual import VARIANTS
-from tests.helpers import activate_routing
+from tests.helpers import activate_routing, exact_conversions, options_of
 
 transformers = pytest.importorskip("transformers")
 
 # Every row of the variant table with each exact conversion it accepts; 3 layers = 6 sub-layers,
 # num_blocks 3 gives blocks of 2 sub-layers, so block boundaries fall inside the model.
 CASES = [(name, 3 if variant.uses_blocks else None, exact)
-         for name, variant in VARIANTS.items() for exact in (None, *variant.exact_conversions)]
+         for name, variant in VARIANTS.items() for exact in (None, *exact_conversions(variant))]
 IDS = [f"{name}-{exact}" for name, _, exact in CASES]
 LENGTHS = (7, 4, 2)  # one full row, two padded ones; the shortest has more pads than tokens
 VOCAB = 50
@@ -32,9 +32,10 @@ PAD = 0
 def model_for(residual, num_blocks, exact, seed=0, routing_impl="auto"):
     torch.manual_seed(seed)
     config = ModelConfig(vocab_size=VOCAB, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
-                         intermediate_size=48, residual=residual, num_blocks=num_blocks, exact_conversion=exact,
-                         max_seq_len=32, routing_impl=routing_impl)
-    model = AttnResLM(config).double().eval()
+                         intermediate_size=48, residual=residual,
+                         residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact),
+                         max_seq_len=32)
+    model = AttnResLM(config).set_routing(routing_impl).double().eval()
     activate_routing(model.routers)
     return model
 

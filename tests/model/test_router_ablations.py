@@ -1,5 +1,5 @@
-"""The router ablations in the whole model (method §7; ModelConfig.router_query, router_weights,
-router_key_norm): valid for every routed variant, refused by name elsewhere; at initialisation the
+"""The router ablations in the whole model (method §7; the options query, weights and key_norm of
+ModelConfig.residual_options): valid for every routed variant, refused by name elsewhere; at initialisation the
 input-dependent query and raw keys leave the model unchanged; they train, run under bf16 autocast
 and torch.compile, save and load, and decode like the eager model.
 """
@@ -10,24 +10,26 @@ import pytest
 import torch
 
 from attnres import AttnResLM, ConfigError, ModelConfig
+from attnres.common.errors import InputError
 from attnres.model.config import variant_name
 from attnres.model.generation import FastGenerator
-from attnres.residual import VARIANTS
+from attnres.residual import VARIANTS, check_routing
 from attnres.routing import Router
-from tests.helpers import activate_routing, train_losses
+from tests.helpers import activate_routing, options_of, train_losses
 from tests.model.test_generation import eager_greedy, prompt
 
 ROUTED = [(name, 3 if v.uses_blocks else None) for name, v in VARIANTS.items()
           if v.mode != "none" and issubclass(v.mixer, Router)]
-ABLATIONS = [dict(router_query="input_dependent"), dict(router_weights="sigmoid"), dict(router_key_norm=False)]
+ABLATIONS = [dict(query="input_dependent"), dict(weights="sigmoid"), dict(key_norm=False)]
 ABLATION_IDS = ["input_query", "sigmoid", "raw_keys"]
 VOCAB = 64
 
 
-def config(residual="full_attnres", num_blocks=None, **fields):
+def config(residual="full_attnres", num_blocks=None, **options):
     return ModelConfig(vocab_size=VOCAB, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
-                       intermediate_size=48, residual=residual, num_blocks=num_blocks, max_seq_len=96,
-                       tie_embeddings=False, **fields)
+                       intermediate_size=48, residual=residual,
+                       residual_options=options_of(num_blocks=num_blocks, **options), max_seq_len=96,
+                       tie_embeddings=False)
 
 
 def active_model(residual, num_blocks, ablation, seed=0):
@@ -49,7 +51,7 @@ def ids(batch=2, length=9, seed=3):
 @pytest.mark.parametrize("ablation", [ABLATIONS[0], ABLATIONS[2]], ids=["input_query", "raw_keys"])
 def test_at_initialisation_the_model_is_the_method_model(residual, num_blocks, ablation):
     torch.manual_seed(0)
-    method = AttnResLM(config(residual, num_blocks, routing_impl="reference"))
+    method = AttnResLM(config(residual, num_blocks)).set_routing("reference")
     torch.manual_seed(0)
     ablated = AttnResLM(config(residual, num_blocks, **ablation))
     missing, unexpected = ablated.load_state_dict(method.state_dict(), strict=False)
@@ -58,14 +60,14 @@ def test_at_initialisation_the_model_is_the_method_model(residual, num_blocks, a
     with torch.no_grad():
         assert torch.equal(ablated(x).logits, method(x).logits)
     extra = sum(p.numel() for p in ablated.parameters()) - sum(p.numel() for p in method.parameters())
-    per_router = 32 * 32 if "router_query" in ablation else -32  # W_q (D, D), or no key gain (D,)
+    per_router = 32 * 32 if "query" in ablation else -32  # W_q (D, D), or no key gain (D,)
     assert extra == per_router * len(method.routers)
 
 
 @pytest.mark.parametrize("residual, num_blocks", ROUTED)
 def test_sigmoid_routing_at_initialisation_halves_every_source(residual, num_blocks):
     torch.manual_seed(0)
-    model = AttnResLM(config(residual, num_blocks, router_weights="sigmoid"))
+    model = AttnResLM(config(residual, num_blocks, weights="sigmoid"))
     out = model(ids(), return_routing=True)
     for weights in out.routing:
         assert torch.equal(weights, torch.full_like(weights, 0.5))
@@ -77,7 +79,7 @@ def test_every_routed_variant_trains_with_every_ablation(residual, num_blocks, a
     torch.manual_seed(0)
     model = AttnResLM(config(residual, num_blocks, **ablation))
     batch = ids(4, 16)
-    if "router_query" in ablation:
+    if "query" in ablation:
         model(batch, labels=batch).loss.backward()
         # the zero map's gradient is d q (x) unit_rms(x_s): non-zero wherever a router has two sources
         names = model.residual.source_names()
@@ -109,22 +111,33 @@ def test_bf16_autocast_stays_close_to_fp32_and_routes_in_fp32(ablation):
 
 
 def test_ablations_are_refused_where_they_mean_nothing_with_the_field_named():
-    with pytest.raises(ConfigError, match=r"ModelConfig.router_query='input_dependent' is a router ablation"):
-        config("standard", router_query="input_dependent")
-    with pytest.raises(ConfigError, match=r"ModelConfig.router_key_norm=False .* has no query routers"):
-        config("standard", router_key_norm=False)
-    with pytest.raises(ConfigError, match=r"ModelConfig.router_weights must be one of \['softmax', 'sigmoid'\]"):
-        config(router_weights="relu")
-    with pytest.raises(ConfigError, match=r"ModelConfig.router_key_norm must be True or False, got .yes."):
-        config(router_key_norm="yes")
-    with pytest.raises(ConfigError, match=r"ModelConfig.routing_impl='lean'.*allowed values: 'auto', 'reference'"):
-        config(router_weights="sigmoid", routing_impl="lean")
-    assert config(router_weights="sigmoid", routing_impl="reference").router_weights == "sigmoid"
+    with pytest.raises(ConfigError, match=r"ModelConfig.residual_options: unknown option\(s\) \['query'\] "
+                                          r"of residual='standard'; its options: \[\]"):
+        config("standard", query="input_dependent")
+    routed = r"\['full_attnres', 'block_attnres', 'delta_attnres', 'delta_block'\]"
+    # a YAML `model:` section or a config written before the options were typed: the old names
+    with pytest.raises(ConfigError, match=rf"ModelConfig.router_query applies only to residual in {routed}"):
+        ModelConfig.from_dict({**config("standard").to_dict(), "router_query": "input_dependent"})
+    with pytest.raises(ConfigError, match=rf"ModelConfig.router_key_norm applies only to residual in {routed}"):
+        ModelConfig.from_dict({**config("standard").to_dict(), "router_key_norm": False})
+    with pytest.raises(ConfigError, match=r"ModelConfig.residual_options.weights must be one of "
+                                          r"\['softmax', 'sigmoid'\]"):
+        config(weights="relu")
+    with pytest.raises(ConfigError, match=r"ModelConfig.residual_options.key_norm must be True or False, got .yes."):
+        config(key_norm="yes")
+    # the fast paths serve the method's router only: routing_impl (a run setting) is refused by name
+    sigmoid = config(weights="sigmoid")
+    with pytest.raises(InputError, match=r"routing_impl must be one of \['auto', 'reference'\], got 'lean'"):
+        AttnResLM(sigmoid).set_routing("lean")
+    with pytest.raises(InputError, match=r"train.routing_impl='lean'.*allowed values: \['auto', 'reference'\]"):
+        check_routing(sigmoid.residual, sigmoid.residual_options, sigmoid.num_layers, "lean", prefix="train.")
+    model = AttnResLM(sigmoid).set_routing("reference")
+    assert model.config.residual_options.weights == "sigmoid" and model.residual.impl == "reference"
 
 
 def test_variant_names_say_which_ablation():
-    assert variant_name(config(router_query="input_dependent").to_dict()) == "full_attnres [input query]"
-    fields = config("block_attnres", 3, router_weights="sigmoid", router_key_norm=False).to_dict()
+    assert variant_name(config(query="input_dependent").to_dict()) == "full_attnres [input query]"
+    fields = config("block_attnres", 3, weights="sigmoid", key_norm=False).to_dict()
     assert variant_name(fields) == "block_attnres (N=3) [sigmoid] [no key norm]"
 
 
@@ -142,14 +155,15 @@ def test_hugging_face_round_trip_and_cached_generate(tmp_path):
     from attnres.hf import AttnResConfig, AttnResForCausalLM
 
     hf_config = AttnResConfig.from_model_config(
-        config("delta_block", 3, router_query="input_dependent", router_weights="sigmoid", router_key_norm=False))
+        config("delta_block", 3, query="input_dependent", weights="sigmoid", key_norm=False))
     torch.manual_seed(0)
     model = AttnResForCausalLM(hf_config).eval()
     activate_routing(model.model.routers)
     model.save_pretrained(tmp_path)
     loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
     assert loaded.config.to_model_config() == model.config.to_model_config()
-    assert loaded.config.router_query == "input_dependent" and loaded.config.router_key_norm is False
+    options = loaded.config.residual_options
+    assert options["query"] == "input_dependent" and options["key_norm"] is False
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], tensor), name
     x = ids()
@@ -190,8 +204,7 @@ def test_the_compiled_decode_step_is_one_graph_with_every_ablation_at_once():
     from torch._dynamo.testing import CompileCounterWithBackend
 
     torch._dynamo.reset()
-    model = active_model("block_attnres", 3, dict(router_query="input_dependent", router_weights="sigmoid",
-                                                  router_key_norm=False))
+    model = active_model("block_attnres", 3, dict(query="input_dependent", weights="sigmoid", key_norm=False))
     counter = CompileCounterWithBackend("aot_eager")
     result = FastGenerator(model, backend=counter).generate(prompt(), 12)  # fullgraph=True
     assert result.sequences.tolist() == eager_greedy(model, prompt(), 12).tolist()

@@ -23,7 +23,7 @@ def converted(tmp_path_factory):
     tokenizer.save(root / "source")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ATTNRES_CACHE", str(root / "cache"))
-        assert main(["convert", str(root / "source"), "--residual", "block_attnres", "--num-blocks", "2",
+        assert main(["convert", str(root / "source"), "--residual", "block_attnres", "--option", "num_blocks=2",
                      "--out", str(root / "conv")]) == 0
         run = root / "run.yaml"
         run.write_text(yaml.safe_dump({"out_dir": str(root / "ft"), "data": {"source": str(corpus)},

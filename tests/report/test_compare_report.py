@@ -27,7 +27,8 @@ def full_stats(max_weight):
 def model_stats(seed):
     torch.manual_seed(seed)
     model = AttnResLM(ModelConfig(vocab_size=32, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
-                                  intermediate_size=32, residual="delta_block", num_blocks=2))
+                                  intermediate_size=32, residual="delta_block",
+                                  residual_options={"num_blocks": 2}))
     with torch.no_grad():
         for router in model.routers:
             router.query.normal_()

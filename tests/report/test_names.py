@@ -13,6 +13,7 @@ def test_figure_names_are_lower_case():
 def test_run_folders_keep_case():
     assert slug("block_attnres (N=4)", keep_case=True) == "block_attnres-N-4"
     assert variant_slug({"residual": "block_attnres", "num_blocks": 4}) == "block_attnres-N-4"
+    assert variant_slug({"residual": "block_attnres", "residual_options": {"num_blocks": 4}}) == "block_attnres-N-4"
     assert variant_slug({"residual": "delta_block", "num_blocks": 8, "query_init": "normal"}) == \
         "delta_block-N-8-q-N-0-0-02"
     assert variant_slug({"residual": "standard"}) == "standard"

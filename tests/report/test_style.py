@@ -42,6 +42,9 @@ def test_each_router_ablation_has_its_own_look_in_its_residual_colour():
     looks = [look(style_of({**base, **a})) for a in ablations]
     assert len(set(looks + [look(style_of(base))])) == 4
     assert {style_of({**base, **a})["color"] for a in ablations} == {style_of(base)["color"]}
+    nested = [{"residual_options": {"query": "input_dependent"}}, {"residual_options": {"weights": "sigmoid"}},
+              {"residual_options": {"key_norm": False}}]
+    assert [look(style_of({**base, **a})) for a in nested] == looks  # today's names, under residual_options
 
 
 def line_colors(fig):

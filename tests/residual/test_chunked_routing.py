@@ -7,13 +7,12 @@ far (phase 2). The 6-layer models here have 13 (Full: 12 sub-layers and the fina
 (Delta) routers; C = 12 is 2L, C = 13 one chunk for all of Full AttnRes's routers.
 """
 
-import dataclasses
-
 import pytest
 import torch
 
 from attnres import AttnResLM, ModelConfig
-from attnres.model.config import ConfigError
+from attnres.common.errors import InputError
+from attnres.residual import check_routing
 from attnres.residual.scheme import auto_chunk_size
 from tests.residual.test_fast_paths import (FAST_CPU_IMPLS, FP32_ATOL, IDS_IN, assert_as_accurate_under_bf16,
                                              assert_same, pair, run)
@@ -25,7 +24,7 @@ IDS = [f"{residual}-C{chunk}" for residual, chunk in CHUNKS]
 
 def chunked_pair(residual, chunk, dtype=torch.float32, impl="lean"):
     reference, fast = pair(residual, None, None, impl, dtype)
-    chunked = AttnResLM(dataclasses.replace(fast.config, routing_chunk_size=chunk)).to(dtype)
+    chunked = AttnResLM(fast.config).set_routing(impl, chunk).to(dtype)
     chunked.load_state_dict(reference.state_dict())
     assert chunked.residual.group_size == chunk
     return reference, chunked
@@ -95,11 +94,11 @@ def test_activation_memory_of_chunking(residual):
     and saved by its norm anyway, so chunking keeps nothing more than per-token scalars; in "add"
     routing (Delta) it keeps one (B, T, D) output per merging router, R (1 - 1/C) of them."""
     config = ModelConfig(vocab_size=64, hidden_size=64, num_layers=6, num_heads=4, num_kv_heads=2,
-                         intermediate_size=128, residual=residual, routing_impl="lean")
+                         intermediate_size=128, residual=residual)
     ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
-    alone = saved_storage_bytes(AttnResLM(dataclasses.replace(config, routing_chunk_size=1)), ids)
+    alone = saved_storage_bytes(AttnResLM(config).set_routing("lean", 1), ids)
     chunk = 4
-    chunked = saved_storage_bytes(AttnResLM(dataclasses.replace(config, routing_chunk_size=chunk)), ids)
+    chunked = saved_storage_bytes(AttnResLM(config).set_routing("lean", chunk), ids)
     one_tensor = ids.numel() * config.hidden_size * 4
     routers = config.num_sublayers + (residual == "full_attnres")
     merging = routers - -(-routers // chunk)  # every router but each chunk's first
@@ -117,15 +116,23 @@ def test_automatic_chunk_size_is_about_sqrt_of_the_routers():
 
 
 @pytest.mark.parametrize("residual, num_blocks, chunk, match", [
-    ("block_attnres", 4, 2, "applies only to residual in"),
-    ("standard", None, 2, "applies only to residual in"),
+    ("block_attnres", 4, 2, "applies only to per-sub-layer routing"),
+    ("standard", None, 2, "applies only to per-sub-layer routing"),
     ("full_attnres", None, 0, "positive integer"),
     ("full_attnres", None, 14, "from 1 to the number of routers \\(13\\)"),
     ("delta_attnres", None, 13, "from 1 to the number of routers \\(12\\)"),
     ("delta_attnres", None, 2.0, "positive integer"),
 ])
 def test_invalid_chunk_sizes_are_refused_by_name(residual, num_blocks, chunk, match):
-    with pytest.raises(ConfigError, match="ModelConfig.routing_chunk_size") as error:
-        ModelConfig(vocab_size=64, hidden_size=32, num_layers=6, num_heads=4, num_kv_heads=2, intermediate_size=64,
-                    residual=residual, num_blocks=num_blocks, routing_chunk_size=chunk)
+    """The chunk size is a run setting: a run's train.routing_chunk_size is checked against the model
+    (`check_routing`, as RunConfig does), and a model's `set_routing` refuses it too."""
+    config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=6, num_heads=4, num_kv_heads=2,
+                         intermediate_size=64, residual=residual,
+                         residual_options=None if num_blocks is None else {"num_blocks": num_blocks})
+    with pytest.raises(InputError, match="train.routing_chunk_size") as error:
+        check_routing(residual, config.residual_options, config.num_layers, "auto", chunk, prefix="train.")
+    assert error.match(match)
+    model = AttnResLM(config)
+    with pytest.raises(InputError, match="routing_chunk_size") as error:
+        model.set_routing("auto", chunk)
     assert error.match(match)

@@ -13,9 +13,13 @@ from attnres.residual import StatePolicy
 from tests.helpers import train_losses
 
 
-def config(**fields):
-    return ModelConfig(vocab_size=64, hidden_size=32, num_layers=6, num_heads=4, num_kv_heads=2,
-                       intermediate_size=64, max_seq_len=32, **{"residual": "denseformer", **fields})
+SHAPE = dict(vocab_size=64, hidden_size=32, num_layers=6, num_heads=4, num_kv_heads=2, intermediate_size=64,
+             max_seq_len=32)
+
+
+def config(**options):
+    """A DenseFormer config with these options (`DenseFormerOptions`: dilation, period)."""
+    return ModelConfig(**SHAPE, residual="denseformer", residual_options=options)
 
 
 @pytest.mark.parametrize("dilation, period, expected", [
@@ -28,7 +32,7 @@ def config(**fields):
     (2, 3, [["x1", "x3"], ["e", "x2", "x4", "x6"]]),
 ])
 def test_each_average_reads_the_states_the_paper_names(dilation, period, expected):
-    model = AttnResLM(config(denseformer_dilation=dilation, denseformer_period=period))
+    model = AttnResLM(config(dilation=dilation, period=period))
     assert model.residual.source_names() == expected
     assert [router.alpha.shape[0] for router in model.routers] == [len(names) for names in expected]
     seen = []
@@ -40,23 +44,34 @@ def test_each_average_reads_the_states_the_paper_names(dilation, period, expecte
 
 
 def test_layout_fields_are_checked_and_named():
-    assert variant_name(config(denseformer_dilation=2, denseformer_period=3).to_dict()) == "denseformer (2x3)"
-    with pytest.raises(ConfigError, match=r"ModelConfig.denseformer_dilation must be an integer from 1 to "
+    assert variant_name(config(dilation=2, period=3).to_dict()) == "denseformer (2x3)"
+    assert config(dilation=2, period=3).variant == "denseformer (2x3)"
+    with pytest.raises(ConfigError, match=r"ModelConfig.residual_options.dilation must be an integer from 1 to "
                                           r"num_layers = 6, got 7"):
-        config(denseformer_dilation=7)
-    with pytest.raises(ConfigError, match=r"ModelConfig.denseformer_period must be an integer from 1"):
-        config(denseformer_period=0)
+        config(dilation=7)
+    with pytest.raises(ConfigError, match=r"ModelConfig.residual_options.period must be a positive integer"):
+        config(period=0)
+    # The options of another variant: unknown options of its own, and old flat fields (from_dict, YAML)
+    # that apply only to the variants that have them.
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) \['period'\] of residual='full_attnres'"):
+        ModelConfig(**SHAPE, residual="full_attnres", residual_options={"period": 2})
     with pytest.raises(ConfigError, match=r"denseformer_period applies only to residual in \['denseformer'\]"):
-        config(residual="full_attnres", denseformer_period=2)
-    with pytest.raises(ConfigError, match=r"router_query='input_dependent' is a router ablation .* no query routers"):
-        config(router_query="input_dependent")
-    with pytest.raises(ConfigError, match="num_blocks applies only to"):
+        ModelConfig.from_dict({**SHAPE, "residual": "full_attnres", "denseformer_period": 2})
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) \['query'\] of residual='denseformer'; "
+                                          r"its options: \['dilation', 'period'\]"):
+        config(query="input_dependent")
+    with pytest.raises(ConfigError, match=r"router_query applies only to residual in \['full_attnres', "
+                                          r"'block_attnres', 'delta_attnres', 'delta_block'\]"):
+        ModelConfig.from_dict({**SHAPE, "residual": "denseformer", "router_query": "input_dependent"})
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) \['num_blocks'\] of residual='denseformer'"):
         config(num_blocks=2)
+    with pytest.raises(ConfigError, match="num_blocks applies only to"):
+        ModelConfig.from_dict({**SHAPE, "residual": "denseformer", "num_blocks": 2})
 
 
 def test_it_trains_and_every_average_learns():
     torch.manual_seed(0)
-    model = AttnResLM(config(denseformer_dilation=2))
+    model = AttnResLM(config(dilation=2))
     batch = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
     start = [router.alpha.detach().clone() for router in model.routers]
     losses = train_losses(model, batch, 10)

@@ -7,7 +7,6 @@ every variant in float64, fp32 and bf16 autocast, and with activation checkpoint
 tests/model/test_compile.py compiles the default path with fullgraph=True, which fails on any graph break.
 """
 
-import dataclasses
 import os
 
 import pytest
@@ -30,18 +29,23 @@ FAST_CPU_IMPLS = ["lean", pytest.param("fused", marks=needs_fused_cpu)]
 FP32_ATOL = {"lean": 1e-5, "fused": 5e-5}
 
 
+def options_of(**values):
+    """A variant's residual_options from the values given (None: not given, the option's default)."""
+    return {name: value for name, value in values.items() if value is not None}
+
+
 def pair(residual, num_blocks, exact, impl, dtype=torch.float32):
     """(reference model, fast model) with identical weights and non-zero routing."""
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=64, hidden_size=32, num_layers=6, num_heads=4, num_kv_heads=2,
-                         intermediate_size=64, residual=residual, num_blocks=num_blocks,
-                         exact_conversion=exact, max_seq_len=64, routing_impl="reference")
-    reference = AttnResLM(config).to(dtype)
+                         intermediate_size=64, residual=residual,
+                         residual_options=options_of(num_blocks=num_blocks, exact_conversion=exact), max_seq_len=64)
+    reference = AttnResLM(config).set_routing("reference").to(dtype)
     activate_routing(reference.routers)
     with torch.no_grad():
         for router in reference.routers:
             router.key_norm.weight.uniform_(0.5, 1.5)
-    fast = AttnResLM(dataclasses.replace(config, routing_impl=impl)).to(dtype)
+    fast = AttnResLM(config).set_routing(impl).to(dtype)
     fast.load_state_dict(reference.state_dict())
     return reference, fast
 

@@ -3,52 +3,94 @@ the papers give, the recomputing fast path against the reference one, what they 
 causal check over streams. The logits against an independent float64 reference are in
 test_variants.py; compile, cache, Hugging Face and analysis take them from the variant table."""
 
-import dataclasses
-
 import pytest
 import torch
 
 from attnres import AttnResLM, ConfigError, ModelConfig
+from attnres.common.errors import InputError
 from attnres.analysis.causal import collect_causal_routing
 from attnres.distributed.pipeline_layout import PipelineConfig, PipelineConfigError, build_layout
 from attnres.model.config import variant_name
+from attnres.routing.hyper import HyperConnectionOptions, ManifoldHyperConnectionOptions
+from attnres.routing.options import VariantOptions
+from attnres.train.config import TrainConfig
+from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.memory import measure_step_memory
 from tests.helpers import activate_routing, train_losses
 
 
-def config(residual="hyper_connections", **fields):
-    shape = dict(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=64,
-                 max_seq_len=32)
-    return ModelConfig(**{**shape, **fields}, residual=residual)
+SHAPE = dict(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=64,
+             max_seq_len=32)
+
+
+def config(residual="hyper_connections", residual_options=None, **fields):
+    return ModelConfig(**{**SHAPE, **fields}, residual=residual, residual_options=residual_options)
 
 
 def test_defaults_are_the_papers_and_apply_only_where_they_mean_something():
     hc, mhc, std = config(), config("mhc"), config("standard")
-    assert (hc.hc_streams, hc.hc_dynamic, hc.hc_sinkhorn_iters) == (4, True, None)
-    assert (mhc.hc_streams, mhc.hc_dynamic, mhc.hc_sinkhorn_iters) == (4, None, 20)
-    assert (std.hc_streams, std.hc_dynamic, std.hc_sinkhorn_iters) == (None, None, None)
+    assert hc.residual_options == HyperConnectionOptions(streams=4, dynamic=True)
+    assert hc.residual_options.to_dict() == {"streams": 4, "dynamic": True}
+    assert mhc.residual_options == ManifoldHyperConnectionOptions(streams=4, sinkhorn_iters=20)
+    assert mhc.residual_options.to_dict() == {"streams": 4, "sinkhorn_iters": 20}
+    assert type(std.residual_options) is VariantOptions and std.residual_options.to_dict() == {}
     assert ModelConfig(**hc.to_dict()) == hc  # resolved values round-trip
-    model = AttnResLM(config(hc_streams=3))
+    model = AttnResLM(config(residual_options={"streams": 3}))
     assert model.residual.source_names() == [["h1", "h2", "h3"]] * 7
     assert variant_name({"residual": "hyper_connections", "hc_dynamic": False}) == "hyper_connections [static]"
+    assert variant_name({"residual": "hyper_connections", "residual_options": {"dynamic": False}}) \
+        == "hyper_connections [static]"
     assert variant_name(mhc.to_dict()) == "mhc"
-    assert variant_name(config("mhc", hc_streams=2).to_dict()) == "mhc (n=2)"
+    assert variant_name(config("mhc", {"streams": 2}).to_dict()) == "mhc (n=2)"
+
+
+@pytest.mark.parametrize("residual, options, match", [
+    ("standard", {"streams": 4}, r"ModelConfig.residual_options: unknown option\(s\) \['streams'\] of "
+                                 r"residual='standard'; its options: \[\]"),
+    ("mhc", {"dynamic": False}, r"ModelConfig.residual_options: unknown option\(s\) \['dynamic'\] of "
+                                r"residual='mhc'; its options: \['streams', 'sinkhorn_iters'\]"),
+    ("hyper_connections", {"sinkhorn_iters": 5}, r"unknown option\(s\) \['sinkhorn_iters'\] of "
+                                                 r"residual='hyper_connections'; its options: \['streams', 'dynamic'\]"),
+    ("hyper_connections", {"streams": 0}, r"ModelConfig.residual_options.streams must be a positive integer"),
+    ("hyper_connections", {"dynamic": "yes"}, r"ModelConfig.residual_options.dynamic"),
+    ("hyper_connections", {"weights": "sigmoid"}, r"unknown option\(s\) \['weights'\] of "
+                                                  r"residual='hyper_connections'"),
+])
+def test_bad_settings_fail_at_construction_by_name(residual, options, match):
+    with pytest.raises(ConfigError, match=match):
+        config(residual, options)
 
 
 @pytest.mark.parametrize("fields, match", [
     (dict(residual="standard", hc_streams=4), r"ModelConfig.hc_streams applies only to residual in "
-                                              r"\['hyper_connections', 'mhc'\]; leave it None"),
+                                              r"\['hyper_connections', 'mhc'\]; leave it unset"),
     (dict(residual="mhc", hc_dynamic=False), r"ModelConfig.hc_dynamic applies only to residual in \['hyper_connections'\]"),
     (dict(hc_sinkhorn_iters=5), r"ModelConfig.hc_sinkhorn_iters applies only to residual in \['mhc'\]"),
-    (dict(hc_streams=0), r"ModelConfig.hc_streams must be a positive integer"),
-    (dict(hc_dynamic="yes"), r"ModelConfig.hc_dynamic"),
-    (dict(routing_impl="fused"), r"ModelConfig.routing_impl='fused'.*allowed values: \['auto', 'reference', 'lean'\]"),
-    (dict(router_weights="sigmoid"), r"ModelConfig.router_weights='sigmoid' is a router ablation"),
-    (dict(routing_chunk_size=2), r"ModelConfig.routing_chunk_size applies only to"),
+    (dict(hc_streams=0), r"ModelConfig.residual_options.streams must be a positive integer"),
+    (dict(hc_dynamic="yes"), r"ModelConfig.residual_options.dynamic"),
+    (dict(router_weights="sigmoid"), r"ModelConfig.router_weights applies only to residual in \['full_attnres', "
+                                     r"'block_attnres', 'delta_attnres', 'delta_block'\]"),
 ])
-def test_bad_settings_fail_at_construction_by_name(fields, match):
+def test_bad_flat_fields_fail_by_name(fields, match):
+    """The fields written before the options were typed (from_dict: YAML `model:` sections, old result
+    files) are checked the same way, by their old names."""
     with pytest.raises(ConfigError, match=match):
-        config(**fields)
+        ModelConfig.from_dict({**SHAPE, "residual": "hyper_connections", **fields})
+
+
+@pytest.mark.parametrize("settings, match", [
+    (dict(routing_impl="fused"), r"routing_impl='fused'.*allowed values: \['auto', 'reference', 'lean'\]"),
+    (dict(routing_chunk_size=2), r"routing_chunk_size applies only to"),
+])
+def test_bad_routing_settings_fail_by_name(settings, match):
+    """How routing is computed is a run setting: a run's train section is checked against the variant
+    (RunConfig), and a model's `set_routing` refuses what it cannot use."""
+    with pytest.raises(RunConfigError, match="train." + match):
+        RunConfig(model={**SHAPE, "residual": "hyper_connections"}, train=TrainConfig(seq_len=16, **settings))
+    impl, chunk = settings.get("routing_impl", "auto"), settings.get("routing_chunk_size")
+    with pytest.raises(InputError, match=r"routing_impl must be one of \['auto', 'reference', 'lean'\], got 'fused'"
+                       if impl == "fused" else match):
+        AttnResLM(config()).set_routing(impl, chunk)
 
 
 def sublayer_inputs(model, ids):
@@ -70,7 +112,7 @@ def test_hyper_connections_start_as_the_standard_residual(dynamic):
     factor up to its eps)."""
     torch.manual_seed(0)
     standard = AttnResLM(config("standard", init_std=0.2))
-    hc = AttnResLM(config(hc_dynamic=dynamic, init_std=0.2))
+    hc = AttnResLM(config(residual_options={"dynamic": dynamic}, init_std=0.2))
     hc.load_state_dict(standard.state_dict(), strict=False)
     ids = torch.randint(0, 64, (2, 9))
     got, expected = sublayer_inputs(hc, ids), sublayer_inputs(standard, ids)
@@ -115,9 +157,9 @@ def test_lean_path_equals_the_reference_and_saves_less(residual):
     normalised copy of the streams; measured at this size: 0.76x for hyper-connections, 0.92x for
     mHC, whose Sinkhorn iterations weigh most at D = 32)."""
     torch.manual_seed(0)
-    reference = AttnResLM(config(residual, routing_impl="reference")).double()
+    reference = AttnResLM(config(residual)).set_routing("reference").double()
     activate_routing(reference.routers)
-    lean = AttnResLM(dataclasses.replace(reference.config, routing_impl="lean")).double()
+    lean = AttnResLM(reference.config).set_routing("lean").double()
     lean.load_state_dict(reference.state_dict())
     ids = torch.randint(0, 64, (2, 11))
     results = []

@@ -6,13 +6,15 @@ up from the variant table.
 """
 
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
 
 from attnres import AttnResLM, ConfigError, ModelConfig
 from attnres.analysis import collect_depth_stats
-from attnres.residual import VARIANTS, Variant, register_variant, unregister_variant
+from attnres.residual import (VARIANTS, BlockCount, Variant, VariantOptions, option, register_variant,
+                              unregister_variant)
 from attnres.routing import DepthMixer
 from tests.helpers import train_losses
 
@@ -31,26 +33,49 @@ class UniformAverage(DepthMixer):
         return mixed, weights
 
 
+@dataclass(frozen=True, kw_only=True)
+class UniformBlockOptions(BlockCount):
+    """The toy block variant's one option: how many blocks (no router options: the mixer has none)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class UniformGatedOptions(UniformBlockOptions):
+    """... and a gate on every mixer, asked for the way Delta Block asks for it."""
+
+    exact_conversion: str = option(None, "'gate': a zero scalar gate per mixer", kind=str, choices=("gate",),
+                                   nullable=True, label="[{value}]")
+
+    @property
+    def gated(self) -> bool:
+        return self.exact_conversion == "gate"
+
+
 @pytest.fixture
 def uniform_variants():
-    added = [register_variant(Variant("uniform_average", "replace", "sublayers", "d", mixer=UniformAverage)),
-             register_variant(Variant("uniform_block", "add", "blocks", "D", mixer=UniformAverage))]
+    added = [register_variant(Variant("uniform_average", "replace", "sublayers", "d", mixer=UniformAverage,
+                                      options=VariantOptions)),
+             register_variant(Variant("uniform_block", "add", "blocks", "D", mixer=UniformAverage,
+                                      options=UniformBlockOptions))]
     yield added
     for variant in added:
         unregister_variant(variant.name)
     assert "uniform_average" not in VARIANTS
 
 
-def config(residual, num_blocks=None):
-    return ModelConfig(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2,
-                       intermediate_size=64, residual=residual, num_blocks=num_blocks)
+SHAPE = dict(vocab_size=64, hidden_size=32, num_layers=3, num_heads=4, num_kv_heads=2, intermediate_size=64)
+
+
+def config(residual, num_blocks=None, **options):
+    if num_blocks is not None:
+        options["num_blocks"] = num_blocks
+    return ModelConfig(**SHAPE, residual=residual, residual_options=options)
 
 
 @pytest.mark.parametrize("residual, num_blocks", [("uniform_average", None), ("uniform_block", 3)])
 @pytest.mark.parametrize("impl", ["reference", "lean"])
 def test_a_registered_mixer_trains(uniform_variants, residual, num_blocks, impl):
     torch.manual_seed(0)
-    model = AttnResLM(ModelConfig(**{**config(residual, num_blocks).to_dict(), "routing_impl": impl}))
+    model = AttnResLM(config(residual, num_blocks)).set_routing(impl)
     assert all(isinstance(m, UniformAverage) for m in model.routers)
     assert model.routing_parameters() == []  # no parameters of its own
     batch = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(1))
@@ -75,20 +100,23 @@ def test_uniform_average_computes_the_mean_of_the_right_sources(uniform_variants
 
 
 def test_config_validation_follows_the_table(uniform_variants):
-    with pytest.raises(ConfigError, match=r"num_blocks is required for residual='uniform_block'"):
+    with pytest.raises(ConfigError, match=r"ModelConfig.residual_options.num_blocks is required for "
+                                          r"residual='uniform_block'"):
         config("uniform_block")
     with pytest.raises(ConfigError, match=r"residual must be one of \[.*'uniform_average', 'uniform_block'\]"):
         config("uniform")
-    with pytest.raises(ConfigError, match=r"exact_conversion applies only to residual='delta_block'"):
-        ModelConfig(**{**config("uniform_block", 3).to_dict(), "exact_conversion": "gate"})
+    with pytest.raises(ConfigError, match=r"unknown option\(s\) \['exact_conversion'\] of residual='uniform_block'"):
+        config("uniform_block", 3, exact_conversion="gate")
+    with pytest.raises(ConfigError, match=r"exact_conversion applies only to residual in \['delta_block'\]"):
+        ModelConfig.from_dict({**SHAPE, "residual": "uniform_block", "num_blocks": 3, "exact_conversion": "gate"})
 
 
 def test_a_mixer_refuses_what_it_cannot_do():
     gated = register_variant(Variant("uniform_gated", "add", "blocks", "D", mixer=UniformAverage,
-                                     exact_conversions=("gate",)))
+                                     options=UniformGatedOptions))
     try:
         with pytest.raises(ValueError, match="UniformAverage has no gate"):
-            AttnResLM(ModelConfig(**{**config("uniform_gated", 3).to_dict(), "exact_conversion": "gate"}))
+            AttnResLM(config("uniform_gated", 3, exact_conversion="gate"))
     finally:
         unregister_variant(gated.name)
 

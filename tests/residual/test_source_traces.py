@@ -305,11 +305,12 @@ def decode(source: torch.Tensor, blocks, s: int, per_sublayer: bool, symbol: str
 
 
 def run_trace(residual: str, num_layers: int, num_blocks, exact):
+    options = {name: value for name, value in (("num_blocks", num_blocks), ("exact_conversion", exact))
+               if value is not None}
     config = ModelConfig(vocab_size=4, hidden_size=16, num_layers=num_layers, num_heads=2,
-                         num_kv_heads=1, intermediate_size=8, residual=residual, num_blocks=num_blocks,
-                         exact_conversion=exact, norm_eps=1e-6,
-                         routing_impl="reference")  # calls each Router; fast paths are tested equal to it
-    model = AttnResLM(config)
+                         num_kv_heads=1, intermediate_size=8, residual=residual, residual_options=options,
+                         norm_eps=1e-6)
+    model = AttnResLM(config).set_routing("reference")  # calls each Router; fast paths are tested equal to it
     dim = config.hidden_size
     with torch.no_grad():
         model.embed_tokens.weight.zero_()

@@ -72,7 +72,7 @@ def stream_coefficients(p, pre, cfg, streams):
     n, eps = len(streams), cfg.norm_eps
     if cfg.residual == "hyper_connections":                  # Zhu et al.: static + tanh-gated corrections
         a_pre, a_post, a_res = p[pre + "pre"], p[pre + "post"], p[pre + "res"]
-        if not cfg.hc_dynamic:
+        if not cfg.residual_options.dynamic:
             ones = torch.ones(streams[0].shape[:-1], dtype=streams[0].dtype)
             return ([a_pre[j] * ones for j in range(n)], [a_post[k] * ones for k in range(n)],
                     [[a_res[j, k] * ones for k in range(n)] for j in range(n)])
@@ -95,7 +95,7 @@ def stream_coefficients(p, pre, cfg, streams):
         total = sum(torch.exp(logits[j][k] - top) for k in range(n))
         for k in range(n):
             a[j][k] = torch.exp(logits[j][k] - top) / total + 1e-6
-    for it in range(cfg.hc_sinkhorn_iters):                   # columns; then rows and columns
+    for it in range(cfg.residual_options.sinkhorn_iters):                   # columns; then rows and columns
         if it > 0:
             for j in range(n):
                 row = sum(a[j][k] for k in range(n)) + 1e-6
@@ -123,7 +123,7 @@ def reference_logits(p, cfg, ids):
             v.append(sublayer(p, s, h, cfg))
         hidden = route(p, n, v, eps)
     elif cfg.residual == "block_attnres":                     # method §3.2
-        size = math.ceil(n / cfg.num_blocks)
+        size = math.ceil(n / cfg.residual_options.num_blocks)
         b, partial = [e], None
         for s in range(n):
             j = s % size
@@ -141,21 +141,21 @@ def reference_logits(p, cfg, ids):
             deltas.append(delta)
         hidden = x
     elif cfg.residual == "delta_block":                       # method §3.4 (+ §4 options)
-        size = math.ceil(n / cfg.num_blocks)
+        size = math.ceil(n / cfg.residual_options.num_blocks)
         x, block_deltas, start = e, [], None
         for s in range(n):
             j = s % size
             if j == 0:
                 start = x                                     # explicit snapshot of x
             sources = [e] + block_deltas
-            if cfg.exact_conversion == "partial" and j > 0:
+            if cfg.residual_options.exact_conversion == "partial" and j > 0:
                 sources = sources + [x - start]
             x = x + sublayer(p, s, x + route(p, s, sources, eps), cfg)
             if j == size - 1 or s == n - 1:
                 block_deltas.append(x - start)                # Delta_k = x_end(k) - x_start(k)
         hidden = x
     elif cfg.residual == "denseformer":                       # method §7: k x p DenseFormer
-        k, period = cfg.denseformer_dilation, cfg.denseformer_period
+        k, period = cfg.residual_options.dilation, cfg.residual_options.period
         states, y, m = [e], e, 0                              # states x_0 .. x_t; y: the stream
         for layer in range(1, cfg.num_layers + 1):
             x = y + sublayer(p, 2 * layer - 2, y, cfg)
@@ -169,12 +169,12 @@ def reference_logits(p, cfg, ids):
                 y = x
         hidden = y
     elif cfg.residual in ("hyper_connections", "mhc"):       # method §7.3: n residual streams
-        streams = [e] * cfg.hc_streams
+        streams = [e] * cfg.residual_options.streams
         for s in range(n):
             a_pre, a_post, a_res = stream_coefficients(p, f"residual.routers.{s}.", cfg, streams)
             delta = sublayer(p, s, sum(a_pre[j][..., None] * x for j, x in enumerate(streams)), cfg)
             streams = [sum(a_res[j][k][..., None] * x for j, x in enumerate(streams)) + a_post[k][..., None] * delta
-                       for k in range(cfg.hc_streams)]
+                       for k in range(cfg.residual_options.streams)]
         if cfg.residual == "hyper_connections":               # the paper's output: the streams' sum
             hidden = sum(streams)
         else:                                                 # DeepSeek-V4's head collapse
@@ -195,10 +195,13 @@ CASES = [
 ]
 
 
-def make_model(residual, num_blocks, exact, num_layers=5, **overrides):
+def make_model(residual, num_blocks, exact, num_layers=5, options=None, **overrides):
+    """options: the variant's other residual_options; num_blocks and exact None: not given."""
+    options = {**(options or {}), **{name: value for name, value in (("num_blocks", num_blocks),
+                                                                      ("exact_conversion", exact)) if value is not None}}
     config = ModelConfig(vocab_size=61, hidden_size=24, num_layers=num_layers, num_heads=4, num_kv_heads=2,
-                         intermediate_size=40, residual=residual, num_blocks=num_blocks,
-                         exact_conversion=exact, rope_theta=10000.0, **overrides)
+                         intermediate_size=40, residual=residual, residual_options=options,
+                         rope_theta=10000.0, **overrides)
     return AttnResLM(config)
 
 
@@ -240,21 +243,21 @@ def assert_matches_reference(model):
 @pytest.mark.parametrize("dilation, period", [(1, 1), (2, 1), (1, 2), (2, 2), (3, 2), (5, 5)])
 def test_denseformer_logits_match_independent_reference(dilation, period):
     torch.manual_seed(0)
-    model = make_model("denseformer", None, None, init_std=0.2, denseformer_dilation=dilation,
-                       denseformer_period=period).double()
+    model = make_model("denseformer", None, None, init_std=0.2,
+                       options={"dilation": dilation, "period": period}).double()
     assert len(model.routers) == 5 // period
     assert_matches_reference(model)
 
 
-STREAM_CASES = [("hyper_connections", {}), ("hyper_connections", {"hc_dynamic": False}),
-                ("hyper_connections", {"hc_streams": 3}), ("mhc", {}), ("mhc", {"hc_streams": 2, "hc_sinkhorn_iters": 5})]
+STREAM_CASES = [("hyper_connections", {}), ("hyper_connections", {"dynamic": False}),
+                ("hyper_connections", {"streams": 3}), ("mhc", {}), ("mhc", {"streams": 2, "sinkhorn_iters": 5})]
 
 
 @pytest.mark.parametrize("residual, options", STREAM_CASES, ids=lambda v: str(v))
 def test_stream_variants_match_independent_reference(residual, options):
     """Hyper-connections and mHC (method §7.3), every coefficient parameter randomised, float64."""
     torch.manual_seed(0)
-    model = make_model(residual, None, None, init_std=0.2, **options).double()
+    model = make_model(residual, None, None, init_std=0.2, options=options).double()
     assert len(model.routers) == 2 * 5 + 1
     assert_matches_reference(model)
 
@@ -264,7 +267,7 @@ def test_denseformer_at_initialisation_is_the_standard_model_exactly(dilation, p
     """alpha = (0, ..., 0, 1) after every averaging layer: the stream passes unchanged, bit for bit."""
     torch.manual_seed(0)
     standard = make_model("standard", None, None, init_std=0.2)
-    dense = make_model("denseformer", None, None, denseformer_dilation=dilation, denseformer_period=period)
+    dense = make_model("denseformer", None, None, options={"dilation": dilation, "period": period})
     missing, _ = dense.load_state_dict(standard.state_dict(), strict=False)
     assert missing and all(name.endswith(".alpha") for name in missing)
     dense.residual.routers.apply(lambda m: m.reset_parameters() if hasattr(m, "alpha") else None)

@@ -95,7 +95,7 @@ def test_an_explicit_fused_is_refused_in_one_line_naming_what_to_install(no_comp
 
 def test_a_model_with_fused_fails_at_its_first_step_with_that_line(no_compiler):
     model = attnres.AttnResLM(attnres.ModelConfig(vocab_size=32, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=2,
-                                                  intermediate_size=32, residual="full_attnres", routing_impl="fused"))
+                                                  intermediate_size=32, residual="full_attnres")).set_routing("fused")
     with pytest.raises(ValueError, match=r"^routing_impl='fused' needs the fused CPU routing kernel.*apt-get install"):
         model(torch.zeros(1, 4, dtype=torch.long))
 

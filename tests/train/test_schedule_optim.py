@@ -42,7 +42,7 @@ def model(**kw):
 
 
 def test_parameter_groups():
-    m = model(residual="delta_block", num_blocks=2, exact_conversion="gate")
+    m = model(residual="delta_block", residual_options={"num_blocks": 2, "exact_conversion": "gate"})
     groups = {k: [n for n, _ in v] for k, v in parameter_groups(m).items()}
     assert all(n.startswith("residual.routers.") for n in groups["routing"])
     assert any(n.endswith(".query") for n in groups["routing"]) and any(n.endswith(".gate") for n in groups["routing"])
@@ -56,7 +56,7 @@ def test_parameter_groups():
 
 
 def test_optimizer_lr_multiplier_and_decay_and_schedule():
-    m = model(residual="block_attnres", num_blocks=2)
+    m = model(residual="block_attnres", residual_options={"num_blocks": 2})
     cfg = TrainConfig(lr=1e-3, min_lr=1e-4, routing_lr_mult=100.0, weight_decay=0.1, warmup_steps=2, steps=10)
     opt = build_optimizer(m, cfg)
     by_name = {g["name"]: g for g in opt.param_groups}
@@ -73,7 +73,8 @@ def test_optimizer_lr_multiplier_and_decay_and_schedule():
 
 def test_adamw_takes_the_fused_kernel_and_updates_as_the_per_tensor_loop_does():
     torch.manual_seed(0)
-    fast, loop = model(residual="block_attnres", num_blocks=2), model(residual="block_attnres", num_blocks=2)
+    block = dict(residual="block_attnres", residual_options={"num_blocks": 2})
+    fast, loop = model(**block), model(**block)
     loop.load_state_dict(fast.state_dict())
     opt_fast = adamw(fast.parameters(), lr=1e-2, weight_decay=0.1)
     opt_loop = torch.optim.AdamW(loop.parameters(), lr=1e-2, weight_decay=0.1, foreach=False)

@@ -32,11 +32,11 @@ def model_shape(hidden_size: int) -> dict:
 
 def build_model_config(config: BenchConfig, residual: str, hidden_size: int, num_layers: int,
                        max_seq_len: int) -> ModelConfig:
-    """The ModelConfig of one benchmarked model (num_blocks only for block variants)."""
-    num_blocks = nearest_num_blocks(num_layers, config.num_blocks) if VARIANTS[residual].uses_blocks else None
+    """The ModelConfig of one benchmarked model (block variants get the valid block count nearest
+    config.num_blocks)."""
+    blocks = {"num_blocks": nearest_num_blocks(num_layers, config.num_blocks)} if VARIANTS[residual].uses_blocks else {}
     return ModelConfig(vocab_size=config.vocab_size, hidden_size=hidden_size, num_layers=num_layers,
-                       residual=residual, num_blocks=num_blocks, max_seq_len=max_seq_len,
-                       routing_impl=config.routing_impl, **model_shape(hidden_size))
+                       residual=residual, residual_options=blocks, max_seq_len=max_seq_len, **model_shape(hidden_size))
 
 
 def _inputs(config: BenchConfig, seq_len: int, decode_tokens: int, device: torch.device):
@@ -64,7 +64,7 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
     max_seq_len = config.seq_len + config.decode_tokens + 2  # + the compiled decode's prefill token and compile step
     runners = {name: VariantRunner(build_model_config(config, name, config.hidden_size, config.num_layers,
                                                       max_seq_len), device, config.precision, batch, decode_ids,
-                                   config.seed)
+                                   config.seed, config.routing_impl)
                for name in names}
     tasks = [Task(f"{name}/train", runners[name].train_step) for name in names]
     tasks += [Task(f"{name}/prefill", runners[name].prefill) for name in names]
@@ -129,7 +129,7 @@ def run_depth_sweep(config: BenchConfig, log: Callable[[str], object] = print) -
     for depth in config.depths:
         runners = {name: VariantRunner(build_model_config(config, name, config.sweep_hidden, depth,
                                                           config.sweep_seq_len), device, config.precision,
-                                       batch, None, config.seed)
+                                       batch, None, config.seed, config.routing_impl)
                    for name in names}
         label = f"depth {depth}: "
         timings = run_interleaved([Task(name, runners[name].train_step) for name in names], config.repeats,

@@ -92,13 +92,14 @@ def measure_costs(runs: dict[str, RunConfig], vocab_size: int, settings: CostSet
     batch = torch.randint(0, vocab_size, (base.batch_size, base.seq_len), generator=generator).to(device)
     runners = {}
     for name in names:
-        runner = VariantRunner(runs[name].build_model_config(vocab_size), device, runs[name].train.precision,
-                               batch, None, settings.seed)
+        train = runs[name].train
+        runner = VariantRunner(runs[name].build_model_config(vocab_size), device, train.precision, batch, None,
+                               settings.seed, train.routing_impl, train.routing_chunk_size)
         runner.model.activation_checkpointing = runs[name].train.activation_checkpointing  # as it trained
         runners[name] = runner
     timings = run_interleaved([Task(name, runners[name].train_step) for name in names], settings.repeats,
                               settings.warmup, sync=device_sync(device), log=log, label="cost: ")
-    routing_impl = runners[names[0]].config.routing_impl
+    routing_impl = base.routing_impl
     variants = {name: {"model": runners[name].config.to_dict(), "parameters": runners[name].parameters(),
                        "train_step_s": timings[name].to_dict(), "memory": runners[name].memory()}
                 for name in names}

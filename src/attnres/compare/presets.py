@@ -8,15 +8,16 @@ from pathlib import Path
 from attnres.common.checks import check_int
 from attnres.common.config_files import bundled_config_dir, bundled_presets, prefixed_overrides, read_preset
 from attnres.compare.cost import CostSettings
-from attnres.model.config import DENSEFORMER_FIELDS, ROUTER_ABLATION_FIELDS, STREAM_FIELDS, variant_name
+from attnres.model.config import variant_name
+from attnres.residual import VARIANTS
+from attnres.residual.legacy import upgrade_model_fields
 from attnres.report.names import slug
 from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
 
 
-# What a variant may set: the residual scheme, router ablations and DenseFormer's layout (model
-# fields) and the router-query initialisation.
-VARIANT_MODEL_KEYS = ("residual", "num_blocks", "exact_conversion", *ROUTER_ABLATION_FIELDS, *DENSEFORMER_FIELDS,
-                      *STREAM_FIELDS)
+# What a variant may set: the residual and its options (model fields; the options under
+# residual_options or at the top level) and the router-query initialisation.
+VARIANT_MODEL_KEYS = ("residual", "residual_options")
 VARIANT_TRAIN_KEYS = ("query_init",)
 
 
@@ -69,12 +70,15 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
 
 
 def variant_run(base: dict, variant: dict, seed: int, out_dir: str) -> RunConfig:
-    """The RunConfig of one variant and seed: the base run with the variant's residual fields."""
-    unknown = sorted(set(variant) - set(VARIANT_MODEL_KEYS) - set(VARIANT_TRAIN_KEYS))
+    """The RunConfig of one variant and seed: the base run with the variant's residual and options."""
+    kind = VARIANTS.get(variant.get("residual"))
+    model, _ = upgrade_model_fields({k: v for k, v in variant.items() if k not in VARIANT_TRAIN_KEYS},
+                                    flat_options=True, prefix=f"variant {variant}: ", error=RunConfigError)
+    unknown = sorted(set(model) - set(VARIANT_MODEL_KEYS))
     if unknown:
         raise RunConfigError(f"variant {variant}: unknown key(s) {unknown}; allowed: "
-                             f"{', '.join(VARIANT_MODEL_KEYS + VARIANT_TRAIN_KEYS)}")
-    model = {k: v for k, v in variant.items() if k in VARIANT_MODEL_KEYS}
+                             f"{', '.join(VARIANT_MODEL_KEYS + VARIANT_TRAIN_KEYS)} and the options of "
+                             f"residual={variant.get('residual')!r}: {kind.options.names() if kind else []}")
     train = {k: v for k, v in variant.items() if k in VARIANT_TRAIN_KEYS}
     values = {**base, "out_dir": out_dir, "model": {**base.get("model", {}), **model},
               "train": {**base.get("train", {}), **train, "seed": seed}}

@@ -113,7 +113,7 @@ def _results(preset: ComparePreset, command: str, device: str, seed_list: list[i
     """The results dict `write_report` documents."""
     settings = preset.run
     first = variant_run(preset.run, preset.variants[0], seed=0, out_dir="unused")
-    routing_impl = first.build_model_config(vocab_size=256).routing_impl  # the same for every variant
+    routing_impl = first.train.routing_impl  # the same for every variant
     return {
         "preset": preset.name, "description": preset.description, "command": command,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -19,10 +19,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import torch
+
 from attnres.common.checks import check_bool, check_choice, check_int, is_int
 from attnres.common.errors import InputError
 from attnres.model.config import ModelConfig
-from attnres.residual import VARIANTS, source_policy
+from attnres.residual import build_residual
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")
 SINGLE_STAGE_SCHEDULES = ("gpipe", "1f1b")
@@ -145,17 +147,18 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
     if config.seq_len > model.max_seq_len:
         raise PipelineConfigError(f"PipelineConfig.seq_len={config.seq_len} exceeds ModelConfig.max_seq_len="
                                   f"{model.max_seq_len}")
-    if VARIANTS[model.residual].mode == "streams":
+    with torch.device("meta"):  # what the scheme keeps between sub-layers, without allocating its parameters
+        scheme = build_residual(model.residual, model.residual_options, num_layers=model.num_layers,
+                                hidden_size=model.hidden_size)
+    if scheme.mode == "streams":
         raise PipelineConfigError(
-            f"ModelConfig.residual={model.residual!r} keeps {model.hc_streams} residual streams (B, T, n, D) between "
+            f"ModelConfig.residual={model.residual!r} keeps {scheme.policy.num_streams} residual streams (B, T, n, D) between "
             f"sub-layers; pipeline stages send (B, T, D) tensors and do not carry the streams yet. Train it "
             f"without a pipeline (data parallelism applies)")
     sizes = _layers_per_stage(model.num_layers, num_stages, config.layers_per_stage)
     bounds = tuple(sum(sizes[:j]) for j in range(num_stages + 1))
-    policy = source_policy(model.residual, model.num_layers, model.num_blocks, model.exact_conversion,
-                           model.denseformer_dilation, model.denseformer_period)
-    # The running stream travels where the scheme keeps one (ResidualScheme.keeps_stream).
-    keeps_stream = VARIANTS[model.residual].mode != "replace" or model.router_query == "input_dependent"
+    policy = scheme.policy
+    keeps_stream = scheme.keeps_stream  # the running stream travels where the scheme keeps one
     # DenseFormer's states complete at every layer's end (StatePolicy.block_size 2), so stages, which
     # end at layers, never cut one.
     size = 1 if policy is None else policy.block_size
@@ -165,7 +168,7 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
         if inside:
             raise PipelineConfigError(
                 f"PipelineConfig.layers_per_stage={sizes} puts stage boundaries at layers {inside}, inside a "
-                f"block of {size} sub-layers (residual={model.residual!r}, num_blocks={model.num_blocks}); "
+                f"block of {size} sub-layers ({model.variant}); "
                 f"boundaries must be at layers {allowed}, or set PipelineConfig.allow_partial_blocks=True to "
                 f"send the block's partial sum")
 

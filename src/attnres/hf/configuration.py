@@ -9,10 +9,13 @@ from __future__ import annotations
 from transformers import PreTrainedConfig
 
 from attnres.model import ModelConfig
+from attnres.residual.legacy import FLAT_OPTIONS, RUN_SETTINGS
 
 
 class AttnResConfig(PreTrainedConfig):
-    """Hugging Face config mirroring `attnres.ModelConfig` (validated by building one)."""
+    """Hugging Face config mirroring `attnres.ModelConfig` (validated by building one). The variant's
+    options are one mapping, `residual_options`; a config.json written before they were typed (with
+    flat option fields and routing_impl) loads as today's (`attnres.residual.legacy`)."""
 
     model_type = "attnres"
     keys_to_ignore_at_inference = ["past_key_values"]
@@ -25,8 +28,7 @@ class AttnResConfig(PreTrainedConfig):
     head_dim: int | None = None
     intermediate_size: int = 1536
     residual: str = "standard"
-    num_blocks: int | None = None
-    exact_conversion: str | None = None
+    residual_options: dict | None = None
     tie_word_embeddings: bool = True
     qk_norm: bool = True
     attention_bias: bool = False
@@ -34,16 +36,6 @@ class AttnResConfig(PreTrainedConfig):
     rms_norm_eps: float = 1e-6
     max_position_embeddings: int = 2048
     initializer_range: float = 0.02
-    routing_impl: str = "auto"
-    routing_chunk_size: int | None = None
-    router_query: str = "static"
-    router_weights: str = "softmax"
-    router_key_norm: bool = True
-    denseformer_dilation: int = 1
-    denseformer_period: int = 1
-    hc_streams: int | None = None
-    hc_dynamic: bool | None = None
-    hc_sinkhorn_iters: int | None = None
     use_cache: bool = True
     # Special tokens (eos may be a list): carried from a converted model's source or a training run's
     # tokenizer, so generate() stops at the end of sequence and pads with the right id.
@@ -55,8 +47,10 @@ class AttnResConfig(PreTrainedConfig):
         super().__post_init__(**kwargs)
         model_config = self.to_model_config()  # raises ConfigError naming the field
         self.head_dim = model_config.head_dim
-        for name in ("hc_streams", "hc_dynamic", "hc_sinkhorn_iters"):  # the stream variants' defaults, resolved
-            setattr(self, name, getattr(model_config, name))
+        self.residual_options = model_config.residual_options.to_dict()  # every option, defaults resolved
+        for name in [*FLAT_OPTIONS, *RUN_SETTINGS]:  # a config.json written before the options were typed
+            if hasattr(self, name):
+                delattr(self, name)
 
     def to_model_config(self) -> ModelConfig:
         """The attnres ModelConfig these fields describe."""

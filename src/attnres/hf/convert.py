@@ -66,11 +66,11 @@ _LIST_LIMIT = 12
 # Config
 
 
-def model_config_from_hf(hf_config: dict, residual: str = "standard", num_blocks: int | None = None,
-                         exact_conversion: str | None = None, max_seq_len: int | None = None) -> ModelConfig:
+def model_config_from_hf(hf_config: dict, residual: str = "standard", residual_options=None,
+                         max_seq_len: int | None = None) -> ModelConfig:
     """The attnres `ModelConfig` of a parsed HF config.json (model_type llama, mistral, qwen2 or qwen3).
 
-    `residual`, `num_blocks` and `exact_conversion` choose the variant (see `ModelConfig`).
+    `residual` and `residual_options` (an options object, a dict or None) choose the variant (see `ModelConfig`).
     `max_seq_len` defaults to `max_position_embeddings`; a smaller one lets a checkpoint whose
     sliding window never clips at that length convert. Raises ConversionError naming any feature
     that would make attnres compute a different function than transformers.
@@ -84,8 +84,8 @@ def model_config_from_hf(hf_config: dict, residual: str = "standard", num_blocks
         raise ConversionError(f"{model_type}: hidden_act={act!r} is not supported; attnres's MLP is SwiGLU "
                               f"(hidden_act 'silu')")
     fields["rope_theta"] = _rope_theta(hf_config)
-    config = _build_config(model_type, **fields, residual=residual, num_blocks=num_blocks,
-                           exact_conversion=exact_conversion, max_seq_len=max_seq_len)
+    config = _build_config(model_type, **fields, residual=residual, residual_options=residual_options,
+                           max_seq_len=max_seq_len)
     _check_attention_window(hf_config, config.num_layers, config.max_seq_len)
     return config
 
@@ -395,8 +395,7 @@ def _load_torch(file: Path) -> dict[str, torch.Tensor]:
 # Whole conversion
 
 
-def convert_checkpoint(path, residual: str = "standard", num_blocks: int | None = None,
-                       exact_conversion: str | None = None, dtype: torch.dtype = torch.float32,
+def convert_checkpoint(path, residual: str = "standard", residual_options=None, dtype: torch.dtype = torch.float32,
                        max_seq_len: int | None = None, source_config: dict | None = None) -> AttnResLM:
     """An `AttnResLM` (eval mode, parameters in `dtype`) holding a local HF checkpoint's weights.
 
@@ -414,8 +413,8 @@ def convert_checkpoint(path, residual: str = "standard", num_blocks: int | None 
         raise ConversionError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     if source_config is None:
         source_config = read_source_config(path)
-    config = model_config_from_hf(source_config, residual=residual, num_blocks=num_blocks,
-                                  exact_conversion=exact_conversion, max_seq_len=max_seq_len)
+    config = model_config_from_hf(source_config, residual=residual, residual_options=residual_options,
+                                  max_seq_len=max_seq_len)
     gguf = str(path).endswith(".gguf")  # transformers reads and dequantises it (needs gguf, accelerate)
     state = convert_state_dict(read_gguf_weights(path) if gguf else _read_weights(_checkpoint_directory(path)),
                                config)

@@ -58,8 +58,8 @@ def save_hf(model: AttnResLM, out_dir: str | Path, tokenizer_dir: str | Path | N
     return out
 
 
-def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "standard", num_blocks: int | None = None,
-                  exact_conversion: str | None = None, dtype: torch.dtype = torch.float32,
+def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "standard",
+                  residual_options: dict | None = None, dtype: torch.dtype = torch.float32,
                   max_seq_len: int | None = None) -> tuple[Path, AttnResLM]:
     """Convert a Hugging Face checkpoint directory or a .gguf file (`convert_checkpoint`) and save it
     with `save_hf`, keeping what generation needs from the source: its special-token ids (config.json),
@@ -67,8 +67,8 @@ def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "stan
     transformers derives from its metadata) and its tokenizer (copied, or the GGUF's embedded one
     saved), chat template included. Returns (out_dir, the converted model)."""
     source_config = read_source_config(source)  # once: a GGUF file's metadata takes seconds to read
-    model = convert_checkpoint(source, residual=residual, num_blocks=num_blocks, exact_conversion=exact_conversion,
-                               dtype=dtype, max_seq_len=max_seq_len, source_config=source_config)
+    model = convert_checkpoint(source, residual=residual, residual_options=residual_options, dtype=dtype,
+                               max_seq_len=max_seq_len, source_config=source_config)
     ids = special_token_ids(source_config)
     if str(source).endswith(".gguf"):
         from attnres.hf.gguf import save_gguf_tokenizer

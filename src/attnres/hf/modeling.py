@@ -47,6 +47,11 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
             self._tied_weights_keys = {"model.lm_head.weight": "model.embed_tokens.weight"}
         self.post_init()
 
+    def set_routing(self, impl: str = "auto", chunk_size: int | None = None) -> "AttnResForCausalLM":
+        """How routing is computed, never what (`attnres.AttnResLM.set_routing`); not saved. Returns self."""
+        self.model.set_routing(impl, chunk_size)
+        return self
+
     def get_input_embeddings(self):
         return self.model.embed_tokens
 

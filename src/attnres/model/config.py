@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number
+from attnres.common.checks import check_bool, check_int, check_positive_number
 from attnres.common.errors import InputError
-from attnres.residual import (STREAM_OPTIONS, VARIANTS, check_chunk_size, check_residual, check_router_options,
-                              check_stream_options, router_options, stream_options, valid_num_blocks)
-from attnres.routing import IMPLS
+from attnres.residual import VARIANTS, VariantOptions, resolve_options, valid_num_blocks, variant_label
+from attnres.residual.legacy import upgrade_model_fields
 
 # The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
 # holds any registered later.
@@ -21,42 +20,22 @@ HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads
             "max_seq_len": "max_position_embeddings", "init_std": "initializer_range"}
 
 
-# The router ablations' fields (method §7): a variant of a comparison may set them.
-ROUTER_ABLATION_FIELDS = ("router_query", "router_weights", "router_key_norm")
-# DenseFormer's averaging layout (method §7): a variant of a comparison may set them too.
-DENSEFORMER_FIELDS = ("denseformer_dilation", "denseformer_period")
-# The stream variants' options (method §7.3): hc_streams, hc_dynamic, hc_sinkhorn_iters.
-STREAM_FIELDS = tuple(STREAM_OPTIONS)
-
-
 class ConfigError(InputError):
     """An invalid configuration value; the message names the field and the allowed values."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """Shape of a Qwen3-architecture decoder and the residual scheme that connects its sub-layers.
+    """What a Qwen3-architecture decoder computes: its shape and the residual scheme between sub-layers.
 
-    `residual` is a name of the variant table (`attnres.residual.VARIANTS`). `num_blocks` (block
-    variants only) counts blocks of sub-layers (a transformer layer has two). `exact_conversion`
-    (delta_block only) makes the zero-query model reproduce a standard model: "gate" adds a
-    zero-initialised scalar gate per router, "partial" adds the current block's partial sum as a
-    source (method §4).
+    `residual` is a name of the variant table (`attnres.residual.VARIANTS`) and `residual_options`
+    its options (`VARIANTS[residual].options`, a frozen dataclass; docs/reference/config.md lists
+    every variant's), given as that object, a dict of its fields, or None for the defaults, and
+    stored as the object. Block AttnRes and Delta Block need `num_blocks`.
     `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
     keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
-    `routing_impl` (one of `attnres.routing.IMPLS`) picks how routers compute, never what they compute.
-    `routing_chunk_size` (full_attnres and delta_attnres only) is the number of consecutive routers
-    that the fast paths route together (chunked two-phase routing, docs/explanation/fast-paths.md); None picks
-    round(sqrt(number of routers)), 1 routes every router alone. It never changes the function either.
-    `router_query` ("static" | "input_dependent"), `router_weights` ("softmax" | "sigmoid") and
-    `router_key_norm` are the Kimi paper's router ablations (method §7, `attnres.routing.Router`),
-    for routed variants only; the defaults are the method. Ablated routers compute with the
-    reference code (docs/explanation/contenders.md). `denseformer_dilation` k and `denseformer_period` p
-    (residual "denseformer" only): an average after every p-th layer, over every k-th state
-    (Pagliardini et al.'s k x p DenseFormer; 1 and 1 average after every layer over all states).
-    `hc_streams` n (hyper_connections and mhc; None: 4), `hc_dynamic` (hyper_connections; None:
-    True, the dynamic form) and `hc_sinkhorn_iters` (mhc; None: 20): the stream variants (method
-    §7.3); None is replaced by the default at construction, and stays None for other variants.
+    How routing is computed (the routing implementation and chunk size) is not part of the model:
+    it is a run setting (`TrainConfig.routing_impl`) or `AttnResLM.set_routing` on a loaded model.
     """
 
     vocab_size: int
@@ -67,8 +46,7 @@ class ModelConfig:
     head_dim: int | None = None
     intermediate_size: int
     residual: str = "standard"
-    num_blocks: int | None = None
-    exact_conversion: str | None = None
+    residual_options: VariantOptions | dict | None = None
     tie_embeddings: bool = True
     qk_norm: bool = True
     attention_bias: bool = False
@@ -76,16 +54,6 @@ class ModelConfig:
     norm_eps: float = 1e-6
     max_seq_len: int = 2048
     init_std: float = 0.02
-    routing_impl: str = "auto"
-    routing_chunk_size: int | None = None
-    router_query: str = "static"
-    router_weights: str = "softmax"
-    router_key_norm: bool = True
-    denseformer_dilation: int = 1
-    denseformer_period: int = 1
-    hc_streams: int | None = None
-    hc_dynamic: bool | None = None
-    hc_sinkhorn_iters: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -108,33 +76,22 @@ class ModelConfig:
             check_positive_number(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
         for name in ("tie_embeddings", "qk_norm", "attention_bias"):
             check_bool(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
-        check_choice(self.routing_impl, "ModelConfig.routing_impl", IMPLS, error=ConfigError)
-        check_residual(self.residual, self.num_layers, self.num_blocks, self.exact_conversion,
-                       prefix="ModelConfig.", error=ConfigError, dilation=self.denseformer_dilation,
-                       period=self.denseformer_period)
-        check_router_options(self.residual, self.router_query, self.router_weights, self.router_key_norm,
-                             self.routing_impl, prefix="ModelConfig.", error=ConfigError)
-        streams = {name: getattr(self, name) for name in STREAM_FIELDS}
-        check_stream_options(self.residual, self.routing_impl, prefix="ModelConfig.", error=ConfigError, **streams)
-        for name, value in stream_options(self.residual, **streams).items():
-            object.__setattr__(self, name, value)
-        self._check_chunk_size()
-
-    def _check_chunk_size(self) -> None:
-        variant = VARIANTS[self.residual]
-        per_sublayer = [name for name, v in VARIANTS.items() if v.sources == "sublayers"]
-        check_chunk_size(self.routing_chunk_size, self.num_sublayers + (variant.mode == "replace"),
-                         variant.sources == "sublayers", name="ModelConfig.routing_chunk_size",
-                         applies_to=f"residual in {per_sublayer} (block variants route each block together)",
-                         error=ConfigError)
+        options = resolve_options(self.residual, self.residual_options, self.num_layers, prefix="ModelConfig.",
+                                  error=ConfigError)
+        object.__setattr__(self, "residual_options", options)
 
     @property
     def num_sublayers(self) -> int:
         """2L: attention and MLP sub-layers alternate, attention first."""
         return 2 * self.num_layers
 
+    @property
+    def variant(self) -> str:
+        """The variant's display name: its residual and the options that differ from their defaults."""
+        return variant_label(self.residual, self.residual_options)
+
     def to_dict(self) -> dict:
-        """Plain dict of every field (round-trips through `ModelConfig(**d)`)."""
+        """Plain dict of every field, the options as a dict (round-trips through `ModelConfig(**d)`)."""
         return asdict(self)
 
     def to_hf_dict(self) -> dict:
@@ -145,52 +102,43 @@ class ModelConfig:
 
     @classmethod
     def from_hf_dict(cls, values: dict) -> "ModelConfig":
-        """Inverse of `to_hf_dict` (other keys of a config.json are ignored)."""
+        """Inverse of `to_hf_dict` (other keys of a config.json are ignored); a config.json written
+        before the options were typed loads too (`attnres.residual.legacy`)."""
         ours = {f.name for f in fields(cls)}
         back = {hf: name for name, hf in HF_NAMES.items()}
-        return cls(**{back.get(key, key): value for key, value in values.items() if back.get(key, key) in ours})
+        values, _ = upgrade_model_fields({back.get(key, key): value for key, value in values.items()},
+                                         prefix="config.json: ", error=ConfigError)
+        return cls(**{key: value for key, value in values.items() if key in ours})
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":
-        """Build from a dict, rejecting unknown keys by name."""
+        """Build from a dict (a YAML `model:` section), rejecting unknown keys by name. The variant's
+        options may also be written at the top level (`num_blocks: 4`); fields written before the
+        options were typed are translated (`attnres.residual.legacy`; run settings are dropped)."""
+        values, _ = upgrade_model_fields(values, flat_options=True, prefix="ModelConfig.", error=ConfigError)
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ConfigError(f"ModelConfig: unknown field(s) {unknown}; allowed fields: {sorted(known)}")
+            kind = VARIANTS[values["residual"]].options if values.get("residual") in VARIANTS else None
+            extra = f"; options of residual={values.get('residual')!r}: {kind.names()}" if kind else ""
+            raise ConfigError(f"ModelConfig: unknown field(s) {unknown}; allowed fields: {sorted(known)}{extra}")
         return cls(**values)
 
 
-def variant_name(fields: dict) -> str:
-    """Display name of a residual variant from ModelConfig fields (residual, num_blocks,
-    exact_conversion, the router ablations, the stream options) and a comparison's query_init, e.g.
-    "block_attnres (N=4)", "hyper_connections [static]",
-    "delta_block (N=2) [gate]" or "block_attnres (N=8) [q~N(0,0.02)]"."""
-    name = fields["residual"]
-    if fields.get("num_blocks"):
-        name += f" (N={fields['num_blocks']})"
-    layout = (fields.get("denseformer_dilation") or 1, fields.get("denseformer_period") or 1)
-    if layout != (1, 1):
-        name += f" ({layout[0]}x{layout[1]})"  # the paper's k x p DenseFormer
-    defaults = stream_options(fields["residual"])
-    if fields.get("hc_streams") not in (None, defaults["hc_streams"]):
-        name += f" (n={fields['hc_streams']})"
-    if fields.get("hc_dynamic") is False:
-        name += " [static]"
-    if fields.get("hc_sinkhorn_iters") not in (None, defaults["hc_sinkhorn_iters"]):
-        name += f" [{fields['hc_sinkhorn_iters']} sinkhorn]"
-    if fields.get("exact_conversion"):
-        name += f" [{fields['exact_conversion']}]"
-    if fields.get("query_init") == "normal":
-        name += " [q~N(0,0.02)]"
-    for ablation in router_ablation_labels(fields):
-        name += f" [{ablation}]"
-    return name
+def variant_name(entry: dict) -> str:
+    """Display name of a variant from a result file's or preset's entry (residual and its options,
+    flat or under residual_options, in any version's names; a comparison's query_init), e.g.
+    "block_attnres (N=4)", "hyper_connections [static]" or "block_attnres (N=8) [q~N(0,0.02)]"."""
+    name = variant_label(entry["residual"], entry_options(entry))
+    return name + (" [q~N(0,0.02)]" if entry.get("query_init") == "normal" else "")
 
 
-def router_ablation_labels(fields: dict) -> list[str]:
-    """Short labels of the router ablations set in ModelConfig fields, e.g. ["input query", "sigmoid"]."""
-    ablated = router_options(fields.get("router_query", "static"), fields.get("router_weights", "softmax"),
-                             fields.get("router_key_norm", True))
-    labels = {"query": "input query", "weights": ablated.get("weights"), "key_norm": "no key norm"}
-    return [labels[name] for name in ablated]
-
+def entry_options(entry: dict) -> VariantOptions | None:
+    """The options object of a result file's or preset's variant entry (see `variant_name`); None for
+    a residual no longer in the table."""
+    if entry.get("residual") not in VARIANTS:
+        return None
+    model = {key: value for key, value in entry.items() if key not in ("name", "query_init", "runs")}
+    values, _ = upgrade_model_fields(model, flat_options=True)
+    kind = VARIANTS[entry["residual"]].options
+    return kind.from_dict(values.get("residual_options"), "residual_options.", variant=entry["residual"])

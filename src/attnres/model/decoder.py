@@ -50,13 +50,8 @@ class AttnResLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
         self.residual: ResidualScheme = build_residual(
-            config.residual, num_layers=config.num_layers, hidden_size=config.hidden_size,
-            num_blocks=config.num_blocks, exact_conversion=config.exact_conversion, eps=config.norm_eps,
-            routing_impl=config.routing_impl, chunk_size=config.routing_chunk_size,
-            router_query=config.router_query, router_weights=config.router_weights,
-            router_key_norm=config.router_key_norm, denseformer_dilation=config.denseformer_dilation,
-            denseformer_period=config.denseformer_period, hc_streams=config.hc_streams,
-            hc_dynamic=config.hc_dynamic, hc_sinkhorn_iters=config.hc_sinkhorn_iters, init_std=config.init_std)
+            config.residual, config.residual_options, num_layers=config.num_layers, hidden_size=config.hidden_size,
+            eps=config.norm_eps, init_std=config.init_std)
         self.reset_parameters()
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
@@ -65,6 +60,14 @@ class AttnResLM(nn.Module):
     def routers(self) -> nn.ModuleList:
         """The depth mixers (routers) in sub-layer order, the final one last where the variant has one."""
         return self.residual.routers
+
+    def set_routing(self, impl: str = "auto", chunk_size: int | None = None) -> "AttnResLM":
+        """Choose how routing is computed, never what (`ResidualScheme.set_routing`): the routing
+        implementation (one of `attnres.routing.IMPLS` that the variant takes) and the chunk size of
+        per-sub-layer two-phase routing (None: automatic). Not part of the model or its checkpoints;
+        a new model starts with "auto". Returns the model."""
+        self.residual.set_routing(impl, chunk_size)
+        return self
 
     def routing_parameters(self) -> list[tuple[str, nn.Parameter]]:
         """(name, parameter) of every routing parameter (the depth mixers'), named as in named_parameters().

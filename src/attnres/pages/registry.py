@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from attnres.pages import ablation, compare, conversion, costs, flops, machinery, published, recommendation, scaling, study
+from attnres.pages import (ablation, compare, conversion, costs, flops, machinery, options, published, recommendation,
+                           scaling, study)
 from attnres.pages.cli_help import help_block, subparsers
 
 BLOCKS = {
@@ -30,5 +31,6 @@ BLOCKS = {
     "flops-ratios": flops.flops_ratios,
     "pipeline-bytes": machinery.pipeline_bytes,
     "fit-coverage": machinery.fit_coverage,
+    "variant-options": options.variant_options,
     **{f"cli-{name}": help_block(name) for name in subparsers()},
 }

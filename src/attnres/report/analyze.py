@@ -61,7 +61,7 @@ class CheckpointAnalysis:
     step: int
     variant: str
     residual: str
-    num_blocks: int | None
+    residual_options: dict
     num_layers: int
     hidden_size: int
     num_parameters: int
@@ -74,7 +74,6 @@ class CheckpointAnalysis:
     source_cosines: list[list[list[float]]]
     grad_norms: list[float]
     summary: dict = field(default_factory=dict)
-    exact_conversion: str | None = None  # with residual and num_blocks: the variant, for its figure style
     causal: dict | None = None
 
     def to_dict(self) -> dict:
@@ -153,8 +152,7 @@ def analyze_checkpoint(path: str | Path, label: str | None = None, max_batches: 
     result = CheckpointAnalysis(
         label=label or f"{variant_name(config)} step {loaded.checkpoint.step}",
         checkpoint=str(loaded.checkpoint.path), step=loaded.checkpoint.step, variant=variant_name(config),
-        residual=config["residual"], num_blocks=config.get("num_blocks"),
-        exact_conversion=config.get("exact_conversion"), num_layers=config["num_layers"],
+        residual=config["residual"], residual_options=config["residual_options"], num_layers=config["num_layers"],
         hidden_size=config["hidden_size"], num_parameters=sum(p.numel() for p in model.parameters()),
         num_batches=len(batches), num_tokens=stats.num_tokens, depth_stats=stats.to_dict(),
         source_cosines=cosines, grad_norms=grads, summary=summarize_checkpoint(stats, grads), causal=causal_result,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
-from attnres.model.config import router_ablation_labels
+from attnres.model.config import entry_options
 from attnres.report.compare_summary import BASELINE, run_depth_stats, summarize
 from attnres.report.document import compact, dumps_json, fmt, jsonable, render_html, render_markdown
 from attnres.report.names import slug, unique_name
@@ -281,7 +281,8 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
     blocks += [("p", f"Created {results.get('created', '-')} on {machine_text or '-'}; seeds {seeds or '-'}.")]
     code_path = results.get("code_path")
     if code_path:
-        ablated = [name for name, entry in summary.items() if router_ablation_labels(entry)]
+        ablated = [name for name, entry in summary.items()
+                   if (options := entry_options(entry)) is not None and not options.fast_paths()]
         note = (f" Variants with router ablations ({', '.join(ablated)}) route with the reference code, "
                 f"which the fast paths do not serve (docs/explanation/contenders.md)." if ablated else "")
         blocks.append(("p", f"Code path: routing {code_path['routing']} (routing_impl={code_path['routing_impl']}), "

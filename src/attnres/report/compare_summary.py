@@ -13,7 +13,7 @@ from attnres.analysis.intervals import ci95_halfwidth, mean, sample_std
 from attnres.analysis.sharpness import summarize_max_weights
 from attnres.common.errors import InputError
 from attnres.common.timing import ratio, ratio_spread, round_ratios
-from attnres.model.config import ROUTER_ABLATION_FIELDS
+from attnres.model.config import entry_options
 
 BASELINE = "standard"
 REQUIRED_VARIANT_KEYS = ("name", "residual", "runs")
@@ -125,10 +125,9 @@ def _summarize_variant(variant: dict, baseline: dict) -> dict:
     stats = [s for s in map(run_depth_stats, runs) if s]
     deep = [summarize_max_weights(s["max_weight"])["max_weight_deep"] for s in stats]
     deep = [d for d in deep if d is not None]
-    out = {"residual": variant["residual"], "num_blocks": variant.get("num_blocks"),
-           "exact_conversion": variant.get("exact_conversion"), "query_init": variant.get("query_init"),
-           **{key: variant[key] for key in ROUTER_ABLATION_FIELDS if key in variant},
-           "seeds": [r["seed"] for r in runs],
+    options = entry_options(variant)
+    out = {"residual": variant["residual"], "residual_options": options.to_dict() if options else None,
+           "query_init": variant.get("query_init"), "seeds": [r["seed"] for r in runs],
            "val_loss_mean": mean(losses), "val_loss_std": sample_std(losses), "val_loss_ci95": ci95_halfwidth(losses),
            "ppl_mean": mean(ppl), "ppl_std": sample_std(ppl), "ppl_ci95": ci95_halfwidth(ppl)}
     out["max_weight_deep"] = mean(deep)
@@ -152,8 +151,8 @@ def summarize(results: dict) -> dict:
     hidden_rms_by_depth (per router / per depth, mean over seeds), val_curve and train_curve
     ([[step, mean, std], ...] over seeds), the divergence events of `stability_summary`
     (loss_spikes_mean / _by_seed, grad_spikes_*, clip_rate_*; None where not recorded), plus residual,
-    num_blocks, exact_conversion, query_init and the router ablations it sets (the variant's fields,
-    for its figure style) and seeds.
+    residual_options (every option, from the variant's fields in any version's names) and query_init
+    (for its figure style), and seeds.
     Raises ValueError if `standard` is missing or a run lacks a required key.
     """
     variants = _checked_variants(results)

@@ -16,7 +16,7 @@ import zlib
 
 from matplotlib.colors import to_hex, to_rgb
 
-from attnres.model.config import router_ablation_labels
+from attnres.model.config import entry_options
 
 # The built-in residuals; tab10 colours, standard in dark grey as the neutral reference.
 RESIDUAL_COLORS = {"standard": "#4d4d4d", "full_attnres": "#1f77b4", "block_attnres": "#ff7f0e",
@@ -28,7 +28,7 @@ BLOCK_MARKERS = {None: "o", 1: "v", 2: "^", 4: "s", 8: "D", 16: "P", 32: "X"}
 SPARE_MARKERS = ("<", ">", "h", "p", "*", "8", "d")
 LINESTYLES = {None: "-", "gate": "-.", "partial": ":"}
 NORMAL_QUERY_LINESTYLE = "--"
-# Router ablations (labels of `router_ablation_labels`): (line style, marker); the first set wins.
+# Router ablations (their option labels, `VariantOptions.labels`): (line style, marker); the first set wins.
 ABLATION_LOOKS = {"input query": ((0, (3, 1, 1, 1, 1, 1)), "*"), "sigmoid": ((0, (1, 1)), "d"),
                   "no key norm": ((0, (5, 2)), "p")}
 SHADE_PER_DOUBLING = 0.15  # how much lighter each halving of num_blocks below 8 makes the colour
@@ -69,10 +69,12 @@ def variant_style(residual: str, num_blocks: int | None = None, exact_conversion
 
 def style_of(fields: dict) -> dict:
     """`variant_style` of a mapping with the variant's fields (a preset variant, a comparison summary
-    entry, an `attnres analyze` checkpoint entry): residual, and optionally num_blocks,
-    exact_conversion, query_init and the router ablations (router_query, router_weights, router_key_norm)."""
-    return variant_style(fields["residual"], fields.get("num_blocks"), fields.get("exact_conversion"),
-                         fields.get("query_init"), tuple(router_ablation_labels(fields)))
+    entry, an `attnres analyze` checkpoint entry): residual, its options (flat or under
+    residual_options, `entry_options`) and optionally query_init."""
+    options = entry_options(fields)
+    labels = tuple(label.strip("[]") for label in (options.labels() if options else []) if label.startswith("["))
+    return variant_style(fields["residual"], getattr(options, "num_blocks", None),
+                         getattr(options, "exact_conversion", None), fields.get("query_init"), labels)
 
 
 REPEAT_LINESTYLES = ("--", ":", "-.", (0, (5, 1, 1, 1)))

@@ -1,14 +1,15 @@
 """Residual schemes: which sources each sub-layer input may mix (source policies), how (routing modes),
-and the variant table naming every `residual` value. The scheme is also the drop-in public API."""
+and the variant table naming every `residual` value with its options. The scheme is also the drop-in
+public API."""
 
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, valid_num_blocks
 from attnres.residual.scheme import MODES, ResidualScheme, StreamState, check_chunk_size
-from attnres.residual.variants import (STREAM_OPTIONS, VARIANTS, Variant, block_variants, build_residual,
-                                       check_residual, check_router_options, check_stream_options, router_options,
-                                       stream_options,
-                                       register_variant, source_policy, unregister_variant)
+from attnres.residual.variants import (VARIANTS, BlockCount, BlockOptions, DeltaBlockOptions, Variant, allowed_impls,
+                                       build_residual, check_routing, register_variant, resolve_options,
+                                       source_policy, unregister_variant, variant_label, variants_with_option)
+from attnres.routing.options import REQUIRED, VariantOptions, option
 
-__all__ = ["MODES", "STREAM_OPTIONS", "VARIANTS", "ResidualScheme", "SourcePolicy", "StatePolicy", "StreamPolicy",
-           "StreamState", "Variant", "block_variants", "build_residual", "check_chunk_size", "check_residual",
-           "check_router_options", "check_stream_options", "stream_options", "register_variant", "router_options", "source_policy", "unregister_variant",
-           "valid_num_blocks"]
+__all__ = ["MODES", "REQUIRED", "VARIANTS", "BlockCount", "BlockOptions", "DeltaBlockOptions", "ResidualScheme", "SourcePolicy",
+           "StatePolicy", "StreamPolicy", "StreamState", "Variant", "VariantOptions", "allowed_impls",
+           "build_residual", "check_chunk_size", "check_routing", "option", "register_variant", "resolve_options",
+           "source_policy", "unregister_variant", "valid_num_blocks", "variant_label", "variants_with_option"]

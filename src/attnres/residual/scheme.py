@@ -36,7 +36,8 @@ def auto_chunk_size(num_routers: int) -> int:
 
 
 def check_chunk_size(chunk_size: int | None, num_routers: int, per_sublayer: bool, *, name: str = "chunk_size",
-                     applies_to: str = "per-sub-layer routing (full_attnres, delta_attnres)",
+                     applies_to: str = "per-sub-layer routing (full_attnres, delta_attnres; block variants route "
+                                       "each block together)",
                      error: type[Exception] = InputError) -> None:
     """Raise `error` naming `name` unless chunk_size is None, or an integer from 1 to num_routers for a
     per-sub-layer policy (block policies group by block and take none)."""
@@ -93,7 +94,7 @@ class ResidualScheme(nn.Module):
                     hidden = R_final(X) (hyper-connections, mHC; `attnres.routing.hyper`)
 
     R is a `DepthMixer` (by default the `Router` of method §2), built as mixer(hidden_size, eps,
-    gated=gated). Every sub-layer of a routed scheme has one, `routers[s]`, also where it sees a
+    **mixer_options) (the variant's options, `VariantOptions.mixer_options`). Every sub-layer of a routed scheme has one, `routers[s]`, also where it sees a
     single source (a router's weight is then exactly 1 and its query gets zero gradient): mixer
     index equals sub-layer index. Mode "replace" appends the final mixer last. Mode "average" has one
     mixer per averaging layer instead (`StatePolicy.mixer_layers`). All parameters of a scheme are
@@ -103,36 +104,33 @@ class ResidualScheme(nn.Module):
 
     Fast paths route static-query mixers in groups (two-phase routing, method §5): each block of a
     block policy, and for a per-sub-layer policy (block_size 1) each chunk of `chunk_size`
-    consecutive mixers, the final one included (None: `auto_chunk_size`; 1: every mixer routes alone
-    over all its sources). The chunk size changes how routing is computed, never what.
+    consecutive mixers, the final one included. `set_routing` chooses the implementation and the
+    chunk size; they change how routing is computed, never what, and are not part of the model.
     """
 
     def __init__(self, num_sublayers: int, mode: str, policy: SourcePolicy | StatePolicy | None, hidden_size: int,
-                 eps: float, mixer: type[DepthMixer] = Router, gated: bool = False, impl: str = "auto",
-                 chunk_size: int | None = None, mixer_options: dict | None = None, init_std: float = 0.02) -> None:
+                 eps: float, mixer: type[DepthMixer] = Router, mixer_options: dict | None = None,
+                 impls: tuple[str, ...] = IMPLS) -> None:
         super().__init__()
         check_choice(mode, "mode", MODES)
         if (mode == "none") != (policy is None):
             raise ValueError("a source policy is required exactly when mode is not 'none'")
-        if gated and mode != "add":
-            raise ValueError("a gate only applies to additive routing (mode='add')")
         if (mode == "average") != isinstance(policy, StatePolicy):
             raise ValueError("mode 'average' takes a StatePolicy, and a StatePolicy takes mode 'average'")
         if (mode == "streams") != isinstance(policy, StreamPolicy) or (mode == "streams") != mixer.mixes_streams:
             raise ValueError("mode 'streams' takes a StreamPolicy and a stream mixer (mixes_streams), and they take it")
-        check_choice(impl, "impl", IMPLS)
+        if (mixer_options or {}).get("gated") and mode != "add":
+            raise ValueError("a gate only applies to additive routing (mode='add')")
         self.num_sublayers = num_sublayers
         self.eps = eps
-        self.impl = impl
         self.mode = mode
         self.policy = policy
-        options = {**({"gated": True} if gated else {}), **(mixer_options or {}),
-                   **({"init_std": init_std} if mixer.takes_init_std else {})}
+        self.impls = impls
+        options = dict(mixer_options or {})
         if mode == "average":
             sizes = [len(policy.source_names(m)) for m in range(len(policy.mixer_layers))]
         else:
             sizes = [None] * (0 if mode == "none" else num_sublayers + (mode == "replace"))
-        num_mixers = len(sizes)
 
         def build(num_sources: int | None) -> DepthMixer:
             sized = {"num_sources": num_sources} if mixer.takes_num_sources else {}
@@ -143,7 +141,6 @@ class ResidualScheme(nn.Module):
             self.routers = nn.ModuleList([*(mixer(hidden_size, eps, num_streams=n, index=s, **options)
                                             for s in range(num_sublayers)),
                                           mixer.final(hidden_size, eps, num_streams=n, **options)])
-            num_mixers = len(self.routers)
         else:
             self.routers = nn.ModuleList(build(n) for n in sizes)
         # x_s, the standard residual stream: the stream of modes "none" and "add", and in "replace"
@@ -152,14 +149,24 @@ class ResidualScheme(nn.Module):
         # Whether a fast routing path (routing_impl) routes here: static-query mixers of modes "add"
         # and "replace"; resolving "auto" says nothing of the fused CPU kernel otherwise.
         self.routes_fast = mode in ("add", "replace") and any(m.static_query for m in self.routers)
-        per_sublayer = isinstance(policy, SourcePolicy) and policy.block_size == 1
-        check_chunk_size(chunk_size, num_mixers, per_sublayer)
+        self.set_routing()
+
+    def set_routing(self, impl: str = "auto", chunk_size: int | None = None) -> None:
+        """How routing is computed, never what: the routing implementation (one of `self.impls`, the
+        variant's; `attnres.routing.IMPLS`) and, for a per-sub-layer policy, the chunk size of
+        two-phase routing (None: `auto_chunk_size`; 1: every mixer routes alone over all its
+        sources). Raises InputError naming the argument for a value this scheme cannot use."""
+        check_choice(impl, "routing_impl", self.impls)
+        num_mixers = len(self.routers)
+        per_sublayer = isinstance(self.policy, SourcePolicy) and self.policy.block_size == 1
+        check_chunk_size(chunk_size, num_mixers, per_sublayer, name="routing_chunk_size")
+        self.impl = impl
         self.chunk_size = chunk_size or (auto_chunk_size(num_mixers) if per_sublayer else 1)
         # Mixers routed in groups: chunks of chunk_size over every mixer (per-sub-layer policies),
         # or the blocks (the final mixer, which sees every block, routes alone).
-        self.group_size = self.chunk_size if per_sublayer else (policy.block_size if isinstance(policy, SourcePolicy)
-                                                                else 1)
-        self.num_grouped = num_mixers if per_sublayer else num_sublayers
+        self.group_size = self.chunk_size if per_sublayer else (self.policy.block_size
+                                                                if isinstance(self.policy, SourcePolicy) else 1)
+        self.num_grouped = num_mixers if per_sublayer else self.num_sublayers
 
     def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
         """Initial state from the token embedding e (B, T, D)."""

@@ -10,26 +10,71 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from attnres.common.checks import check_bool, check_choice, is_int
+from attnres.common.checks import check_choice
 from attnres.common.errors import InputError
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, valid_num_blocks
-from attnres.residual.scheme import MODES, ResidualScheme
-from attnres.routing import (IMPLS, QUERY_KINDS, WEIGHT_KINDS, DepthMixer, DepthWeightedAverage, HyperConnection,
-                             ManifoldHyperConnection, Router)
+from attnres.residual.scheme import MODES, ResidualScheme, check_chunk_size
+from attnres.routing import IMPLS, DepthMixer, DepthWeightedAverage, HyperConnection, ManifoldHyperConnection, Router
+from attnres.routing.depth_average import DenseFormerOptions
+from attnres.routing.hyper import HyperConnectionOptions, ManifoldHyperConnectionOptions
+from attnres.routing.options import REQUIRED, VariantOptions, option
+from attnres.routing.router import RouterOptions
 
 SOURCE_KINDS = ("none", "sublayers", "blocks", "states", "streams")
 # What each exact_conversion value (method §4) changes: a zero-initialised gate on every mixer, or
 # the current block's partial sum as one more source (then the sources sum to x_s).
 EXACT_CONVERSIONS = ("gate", "partial")
-# The Router options of method §2, which the router ablations (method §7) change.
-ROUTER_DEFAULTS = {"query": "static", "weights": "softmax", "key_norm": True}
-# The stream variants' options (method §7.3): ModelConfig field -> (the variants it applies to, the
-# papers' default, the mixer option it sets or None). None in a config means the default.
-STREAM_OPTIONS = {"hc_streams": (("hyper_connections", "mhc"), 4, None),
-                  "hc_dynamic": (("hyper_connections",), True, "dynamic"),
-                  "hc_sinkhorn_iters": (("mhc",), 20, "sinkhorn_iters")}
 # The stream variants' fast path recomputes in backward; the routing kernels do not apply.
 STREAM_IMPLS = ("auto", "reference", "lean")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockCount(VariantOptions):
+    """The block count of a variant that mixes blocks of sub-layers (sources "blocks")."""
+
+    num_blocks: int = option(REQUIRED, "N: blocks of ceil(2L / N) sub-layers (a layer has two); "
+                             "`attnres.valid_num_blocks(2 * num_layers)` lists the allowed values", kind=int,
+                             label="(N={value})")
+
+    @classmethod
+    def allowed(cls, name: str, num_layers: int) -> str | None:
+        if name != "num_blocks":
+            return None
+        return (f"an integer from 1 to 2 * num_layers = {2 * num_layers} (blocks count sub-layers); allowed values "
+                f"for num_layers={num_layers}: {valid_num_blocks(2 * num_layers)}")
+
+    def check_model(self, num_layers: int, prefix: str, error: type[Exception] = InputError) -> None:
+        num_sublayers = 2 * num_layers
+        valid = valid_num_blocks(num_sublayers)
+        if self.num_blocks > num_sublayers:
+            raise error(f"{prefix}num_blocks must be {self.allowed('num_blocks', num_layers)}, got {self.num_blocks!r}")
+        if self.num_blocks not in valid:
+            size = math.ceil(num_sublayers / self.num_blocks)
+            raise error(f"{prefix}num_blocks={self.num_blocks} gives blocks of {size} sub-layers and only "
+                        f"{math.ceil(num_sublayers / size)} blocks for {num_sublayers} sub-layers; "
+                        f"allowed values: {valid}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockOptions(RouterOptions, BlockCount):
+    """Routers over blocks of sub-layers (method §3.2): the block count and the router options."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeltaBlockOptions(BlockOptions):
+    """Delta Block (method §3.4), with the exact conversion of a standard model (method §4)."""
+
+    exact_conversion: str = option(None, "make the zero-query model reproduce a standard one: 'gate' (a zero "
+                                   "scalar gate per router) or 'partial' (the current block's sum as a source)",
+                                   kind=str, choices=EXACT_CONVERSIONS, nullable=True, label="[{value}]")
+
+    @property
+    def partial_source(self) -> bool:
+        return self.exact_conversion == "partial"
+
+    @property
+    def gated(self) -> bool:
+        return self.exact_conversion == "gate"
 
 
 @dataclass(frozen=True)
@@ -41,14 +86,17 @@ class Variant:
               "add" (h_s = x_s + R_s(...)) or "average" (after a layer, the stream becomes a mixture
               of the states so far); see `ResidualScheme`.
     sources:  "none", "sublayers" (the embedding and every sub-layer output), "blocks" (the
-              embedding and each completed block's summary; needs num_blocks), "states" (the
-              embedding and the stream after each layer; mode "average", `StatePolicy`) or
-              "streams" (n residual streams; mode "streams", `StreamPolicy`).
+              embedding and each completed block's summary; the options give `num_blocks`),
+              "states" (the embedding and the stream after each layer; mode "average",
+              `StatePolicy`, the options give `dilation` and `period`) or "streams" (n residual
+              streams; mode "streams", `StreamPolicy`, the options give `streams`).
     symbol:   how traces name completed sources: "d" (sub-layer output d{s}), "b" (block summary
               b{n}) or "D" (block delta D{n}).
-    partial_source: the current block's partial sum is a source once non-empty.
+    partial_source: the current block's partial sum is a source once non-empty (the options may
+              add it too: `VariantOptions.partial_source`).
     mixer:    the DepthMixer class built for every routed input.
-    exact_conversions: the ModelConfig.exact_conversion values this variant accepts.
+    options:  the variant's options dataclass (`attnres.routing.options.VariantOptions`).
+    impls:    the routing implementations (`attnres.routing.IMPLS`) that compute this variant.
     method:   where the variant is specified (a method section or a paper).
     """
 
@@ -58,7 +106,8 @@ class Variant:
     symbol: str = "d"
     partial_source: bool = False
     mixer: type[DepthMixer] = Router
-    exact_conversions: tuple[str, ...] = ()
+    options: type[VariantOptions] = VariantOptions
+    impls: tuple[str, ...] = IMPLS
     method: str = ""
 
     def __post_init__(self) -> None:
@@ -66,12 +115,14 @@ class Variant:
         check_choice(self.sources, "Variant.sources", SOURCE_KINDS)
         if (self.mode == "none") != (self.sources == "none"):
             raise InputError(f"Variant {self.name!r}: sources are needed exactly when mode is not 'none'")
-        for value in self.exact_conversions:
-            check_choice(value, f"Variant {self.name!r}: exact_conversions", EXACT_CONVERSIONS)
+        if not (isinstance(self.options, type) and issubclass(self.options, VariantOptions)):
+            raise InputError(f"Variant {self.name!r}: options must be a VariantOptions dataclass, got {self.options!r}")
+        for impl in self.impls:
+            check_choice(impl, f"Variant {self.name!r}: impls", IMPLS)
 
     @property
     def uses_blocks(self) -> bool:
-        """Whether the variant needs num_blocks."""
+        """Whether the variant routes over blocks (its options give num_blocks)."""
         return self.sources == "blocks"
 
 
@@ -93,197 +144,118 @@ def unregister_variant(name: str) -> None:
 
 for _variant in (
     Variant("standard", "none", method="method §1"),
-    Variant("full_attnres", "replace", "sublayers", "d", method="method §3.1"),
-    Variant("block_attnres", "replace", "blocks", "b", partial_source=True, method="method §3.2"),
-    Variant("delta_attnres", "add", "sublayers", "d", method="method §3.3"),
-    Variant("delta_block", "add", "blocks", "D", exact_conversions=EXACT_CONVERSIONS, method="method §3.4"),
-    Variant("denseformer", "average", "states", "x", mixer=DepthWeightedAverage,
+    Variant("full_attnres", "replace", "sublayers", "d", options=RouterOptions, method="method §3.1"),
+    Variant("block_attnres", "replace", "blocks", "b", partial_source=True, options=BlockOptions,
+            method="method §3.2"),
+    Variant("delta_attnres", "add", "sublayers", "d", options=RouterOptions, method="method §3.3"),
+    Variant("delta_block", "add", "blocks", "D", options=DeltaBlockOptions, method="method §3.4"),
+    Variant("denseformer", "average", "states", "x", mixer=DepthWeightedAverage, options=DenseFormerOptions,
             method="method §7 (Pagliardini et al., 2024)"),
-    Variant("hyper_connections", "streams", "streams", "h", mixer=HyperConnection,
-            method="method §7.3 (Zhu et al., 2025)"),
-    Variant("mhc", "streams", "streams", "h", mixer=ManifoldHyperConnection, method="method §7.3 (DeepSeek, 2025)"),
+    Variant("hyper_connections", "streams", "streams", "h", mixer=HyperConnection, options=HyperConnectionOptions,
+            impls=STREAM_IMPLS, method="method §7.3 (Zhu et al., 2025)"),
+    Variant("mhc", "streams", "streams", "h", mixer=ManifoldHyperConnection, options=ManifoldHyperConnectionOptions,
+            impls=STREAM_IMPLS, method="method §7.3 (DeepSeek, 2025)"),
 ):
     register_variant(_variant)
 
 
-def block_variants() -> list[str]:
-    """Names of the variants that take num_blocks."""
-    return [name for name, variant in VARIANTS.items() if variant.uses_blocks]
+def variants_with_option(name: str) -> list[str]:
+    """The variants whose options include `name`."""
+    return [v.name for v in VARIANTS.values() if name in v.options.names()]
 
 
-def check_residual(residual: str, num_layers: int, num_blocks: int | None = None,
-                   exact_conversion: str | None = None, *, prefix: str = "",
-                   error: type[Exception] = InputError, dilation: int = 1, period: int = 1) -> None:
-    """Raise `error` naming the field (`prefix` + name) and the allowed values unless `residual`,
-    `num_blocks`, `exact_conversion` and the averaging layout (`dilation`, `period`: fields
-    denseformer_dilation / denseformer_period) describe a valid variant of a num_layers-layer model."""
+def resolve_options(residual: str, options: VariantOptions | dict | None, num_layers: int, *, prefix: str = "",
+                    error: type[Exception] = InputError) -> VariantOptions:
+    """The options object of variant `residual` for a num_layers-layer model, from an options object,
+    a {name: value} dict or None (every default); raises `error` naming `prefix` + the field and the
+    allowed values unless `residual` and its options are valid."""
     check_choice(residual, f"{prefix}residual", VARIANTS, error=error)
+    kind = VARIANTS[residual].options
+    where = f"{prefix}residual_options"
+    if isinstance(options, VariantOptions):
+        if type(options) is not kind:
+            raise error(f"{where}: residual={residual!r} takes {kind.__name__}, got {type(options).__name__}")
+    elif options is None or isinstance(options, dict):
+        options = kind.from_dict(options, f"{where}.", error, variant=residual, num_layers=num_layers)
+    else:
+        raise error(f"{where} must be a mapping of {kind.__name__} fields {kind.names()}, got {options!r}")
+    options.check_model(num_layers, f"{where}.", error)
+    return options
+
+
+def allowed_impls(residual: str, options: VariantOptions) -> tuple[str, ...]:
+    """The routing implementations that compute variant `residual` with `options`: the variant's
+    own (`Variant.impls`), and only "auto" and "reference" when the options leave the fast paths."""
+    impls = VARIANTS[residual].impls
+    return impls if options.fast_paths() else tuple(i for i in impls if i in ("auto", "reference"))
+
+
+def check_routing(residual: str, options: VariantOptions, num_layers: int, impl: str = "auto",
+                  chunk_size: int | None = None, *, prefix: str = "", error: type[Exception] = InputError) -> None:
+    """Raise `error` naming `prefix` + routing_impl / routing_chunk_size and the allowed values unless
+    the variant computes with routing implementation `impl` and chunk size `chunk_size` (how routing
+    is computed, never what: both are run settings, not part of the model)."""
     variant = VARIANTS[residual]
-    averaging = [name for name, v in VARIANTS.items() if v.sources == "states"]
-    for field, value in (("denseformer_dilation", dilation), ("denseformer_period", period)):
-        if variant.sources == "states":
-            if not is_int(value) or not 1 <= value <= num_layers:
-                raise error(f"{prefix}{field} must be an integer from 1 to num_layers = {num_layers}, got {value!r}")
-        elif value != 1:
-            raise error(f"{prefix}{field} applies only to residual in {averaging}; leave it 1 for "
-                        f"residual={residual!r} (got {value!r})")
-    num_sublayers = 2 * num_layers
-    valid = valid_num_blocks(num_sublayers)
-    if variant.uses_blocks:
-        if num_blocks is None:
-            raise error(f"{prefix}num_blocks is required for residual={residual!r}; allowed values "
-                        f"for num_layers={num_layers}: {valid}")
-        if not is_int(num_blocks) or not 1 <= num_blocks <= num_sublayers:
-            raise error(f"{prefix}num_blocks must be an integer from 1 to 2 * num_layers = {num_sublayers} "
-                        f"(blocks count sub-layers); allowed values: {valid}, got {num_blocks!r}")
-        if num_blocks not in valid:
-            size = math.ceil(num_sublayers / num_blocks)
-            raise error(f"{prefix}num_blocks={num_blocks} gives blocks of {size} sub-layers and only "
-                        f"{math.ceil(num_sublayers / size)} blocks for {num_sublayers} sub-layers; "
-                        f"allowed values: {valid}")
-    elif num_blocks is not None:
-        raise error(f"{prefix}num_blocks applies only to residual in {block_variants()}; leave it None for "
-                    f"residual={residual!r} (got {num_blocks!r})")
-    if exact_conversion is not None:
-        if not variant.exact_conversions:
-            accepting = [name for name, v in VARIANTS.items() if v.exact_conversions]
-            which = f"residual={accepting[0]!r}" if len(accepting) == 1 else f"residual in {accepting}"
-            raise error(f"{prefix}exact_conversion applies only to {which}; leave it None for "
-                        f"residual={residual!r} (got {exact_conversion!r})")
-        check_choice(exact_conversion, f"{prefix}exact_conversion", variant.exact_conversions, allow_none=True,
-                     error=error)
+    check_choice(impl, f"{prefix}routing_impl", IMPLS, error=error)
+    allowed = allowed_impls(residual, options)
+    if impl not in allowed:
+        why = (f"residual={residual!r} with {options} computes with the reference code (the fast paths serve "
+               f"the method's router only)" if impl in variant.impls else
+               f"residual={residual!r} does not route with it")
+        raise error(f"{prefix}routing_impl={impl!r}: {why}; allowed values: {list(allowed)}")
+    check_chunk_size(chunk_size, 2 * num_layers + (variant.mode == "replace"), variant.sources == "sublayers",
+                     name=f"{prefix}routing_chunk_size", error=error)
 
 
-def check_router_options(residual: str, query: str = "static", weights: str = "softmax", key_norm: bool = True,
-                         routing_impl: str = "auto", *, prefix: str = "", error: type[Exception] = InputError) -> None:
-    """Raise `error` naming the field (`prefix` + router_query / router_weights / router_key_norm /
-    routing_impl) and the allowed values unless the router ablations (method §7) are valid for
-    `residual`: any value for a routed variant, only the defaults for one without routers. Ablated
-    routers compute with the reference code, so they take routing_impl "auto" or "reference" only."""
-    check_choice(query, f"{prefix}router_query", QUERY_KINDS, error=error)
-    check_choice(weights, f"{prefix}router_weights", WEIGHT_KINDS, error=error)
-    check_bool(key_norm, f"{prefix}router_key_norm", error=error)
-    ablated = router_options(query, weights, key_norm)
-    if not ablated:
-        return
-    name, value = next(iter(ablated.items()))
-    if not _has_routers(VARIANTS[residual]):
-        routed = [n for n, v in VARIANTS.items() if _has_routers(v)]
-        raise error(f"{prefix}router_{name}={value!r} is a router ablation and applies only to residual in "
-                    f"{routed}; residual={residual!r} has no query routers (leave it {ROUTER_DEFAULTS[name]!r})")
-    if routing_impl not in ("auto", "reference"):
-        raise error(f"{prefix}routing_impl={routing_impl!r}: routers with router_{name}={value!r} compute with "
-                    f"the reference code (the fast paths serve the method's router only); allowed values: "
-                    f"'auto', 'reference'")
-
-
-def stream_options(residual: str, **values) -> dict:
-    """The stream variants' options (`STREAM_OPTIONS`: hc_streams, hc_dynamic, hc_sinkhorn_iters) of
-    `residual` with None replaced by the papers' defaults; fields that do not apply stay None."""
-    return {field: (values.get(field) if values.get(field) is not None else default)
-            if residual in applies else values.get(field)
-            for field, (applies, default, _) in STREAM_OPTIONS.items()}
-
-
-def check_stream_options(residual: str, routing_impl: str = "auto", *, prefix: str = "",
-                         error: type[Exception] = InputError, **values) -> None:
-    """Raise `error` naming the field (`prefix` + name) and the allowed values unless the stream
-    options in `values` (hc_streams: a positive integer; hc_dynamic: a bool; hc_sinkhorn_iters: a
-    positive integer; None = the default) apply to `residual`, and routing_impl is one the stream
-    variants take (`STREAM_IMPLS`)."""
-    for field, (applies, _, _) in STREAM_OPTIONS.items():
-        value = values.get(field)
-        if value is None:
-            continue
-        if residual not in applies:
-            raise error(f"{prefix}{field} applies only to residual in {list(applies)}; leave it None for "
-                        f"residual={residual!r} (got {value!r})")
-        if field == "hc_dynamic":
-            check_bool(value, f"{prefix}{field}", error=error)
-        elif not is_int(value) or value < 1:
-            raise error(f"{prefix}{field} must be a positive integer (None: the default), got {value!r}")
-    if VARIANTS[residual].mode == "streams" and routing_impl not in STREAM_IMPLS:
-        raise error(f"{prefix}routing_impl={routing_impl!r}: residual={residual!r} mixes streams, not routed "
-                    f"sources; allowed values: {list(STREAM_IMPLS)} ('lean' and 'auto' recompute the stream "
-                    f"mixing in backward, 'reference' keeps its activations)")
-
-
-def _has_routers(variant: Variant) -> bool:
-    """Whether the variant's mixers are query routers (`Router`), which the router ablations change."""
-    return variant.mode != "none" and issubclass(variant.mixer, Router)
-
-
-def router_options(query: str = "static", weights: str = "softmax", key_norm: bool = True) -> dict:
-    """The mixer options (`DepthMixer` contract) for the router ablations: only the non-default ones,
-    so a mixer without ablations is built exactly as before."""
-    options = {"query": query, "weights": weights, "key_norm": key_norm}
-    return {name: value for name, value in options.items() if value != ROUTER_DEFAULTS[name]}
-
-
-def source_policy(residual: str, num_layers: int, num_blocks: int | None = None,
-                  exact_conversion: str | None = None, dilation: int = 1,
-                  period: int = 1, streams: int | None = None) -> SourcePolicy | StatePolicy | StreamPolicy | None:
-    """The SourcePolicy (StatePolicy for "states", StreamPolicy with `streams` (None: the default) for
-    "streams") of a (valid) variant, None for one without sources."""
+def source_policy(residual: str, options: VariantOptions, num_layers: int) -> SourcePolicy | StatePolicy | StreamPolicy | None:
+    """The SourcePolicy (StatePolicy for "states", StreamPolicy for "streams") of a valid variant and
+    its options, None for one without sources."""
     variant = VARIANTS[residual]
     num_sublayers = 2 * num_layers
     if variant.sources == "none":
         return None
     if variant.sources == "states":
-        return StatePolicy(num_layers, dilation, period, symbol=variant.symbol)
+        return StatePolicy(num_layers, options.dilation, options.period, symbol=variant.symbol)
     if variant.sources == "streams":
-        n = stream_options(residual, hc_streams=streams)["hc_streams"]
-        return StreamPolicy(num_sublayers, n, symbol=variant.symbol)
-    partial = variant.partial_source or exact_conversion == "partial"
+        return StreamPolicy(num_sublayers, options.streams, symbol=variant.symbol)
+    partial = variant.partial_source or options.partial_source
     if variant.sources == "sublayers":
         return SourcePolicy(num_sublayers, 1, partial_source=partial, symbol=variant.symbol)
-    return SourcePolicy.blocks(num_sublayers, num_blocks, partial_source=partial, symbol=variant.symbol)
+    return SourcePolicy.blocks(num_sublayers, options.num_blocks, partial_source=partial, symbol=variant.symbol)
 
 
-def build_residual(residual: str = "standard", *, num_layers: int, hidden_size: int, num_blocks: int | None = None,
-                   exact_conversion: str | None = None, eps: float = 1e-6,
-                   routing_impl: str = "auto", chunk_size: int | None = None, router_query: str = "static",
-                   router_weights: str = "softmax", router_key_norm: bool = True, denseformer_dilation: int = 1,
-                   denseformer_period: int = 1, hc_streams: int | None = None, hc_dynamic: bool | None = None,
-                   hc_sinkhorn_iters: int | None = None, init_std: float = 0.02) -> ResidualScheme:
-    """The ResidualScheme of a variant for a model of `num_layers` layers (2 * num_layers sub-layers,
-    attention and MLP alternating) of width `hidden_size` (method §3 and §4).
+def variant_label(residual: str, options: VariantOptions | None = None) -> str:
+    """Display name of a variant: its name and the options that differ from their defaults, e.g.
+    "block_attnres (N=4)", "hyper_connections [static]" or "delta_block (N=2) [gate]"."""
+    return " ".join([residual, *(options.labels() if options is not None else [])])
 
-    standard       no sources, the stream is x_{s+1} = x_s + delta_s
-    full_attnres   every sub-layer output,          replace, final router
-    block_attnres  block summaries + partial,       replace, final router
-    delta_attnres  every sub-layer output,          add
-    delta_block    completed block deltas,          add  (+ partial source or gate for exact conversion)
-    denseformer    the embedding and layer outputs, average after every `denseformer_period`-th layer over
-                   every `denseformer_dilation`-th state (method §7)
 
-    eps: the RMSNorm epsilon of the routers' keys. init_std: the model's weight init std, for mixers
-    that draw random weights (mHC's projections). routing_impl: one of `attnres.routing.IMPLS`.
-    chunk_size: full_attnres and delta_attnres only: routers per chunk of two-phase routing (None:
-    `auto_chunk_size`, round(sqrt(number of routers))); how routing is computed, never what.
-    router_query ("static" | "input_dependent"), router_weights ("softmax" | "sigmoid"),
-    router_key_norm: the Kimi router ablations (method §7, `Router`), routed variants only.
-    hyper_connections  n residual streams (hc_streams, default 4), static or dynamic (hc_dynamic,
-                   default True) hyper-connections; mhc: the same with mHC's coefficients and
-                   hc_sinkhorn_iters (default 20) Sinkhorn-Knopp rounds (method §7.3)
-    Raises InputError naming the argument for an invalid combination. The scheme is the drop-in API
-    for a model loop of one's own (docs/how-to/drop-in.md).
+def build_residual(residual: str = "standard", options: VariantOptions | dict | None = None, *, num_layers: int,
+                   hidden_size: int, eps: float = 1e-6, init_std: float = 0.02, routing_impl: str = "auto",
+                   chunk_size: int | None = None, **option_values) -> ResidualScheme:
+    """The ResidualScheme of variant `residual` for a model of `num_layers` layers (2 * num_layers
+    sub-layers, attention and MLP alternating) of width `hidden_size` (method §3 and §4).
+
+    options: the variant's options (`VARIANTS[residual].options`): an options object, a dict, or
+    None, and any of them given as keywords too (None there means not given):
+    `build_residual("delta_block", num_layers=12, hidden_size=768, num_blocks=4)`. eps: the RMSNorm epsilon of the routers' keys. init_std: the
+    model's weight init std, for mixers that draw random weights (mHC's projections).
+    routing_impl (one of `attnres.routing.IMPLS`) and chunk_size (per-sub-layer variants: routers
+    per chunk of two-phase routing; None: `auto_chunk_size`) choose how routing is computed, never
+    what; `ResidualScheme.set_routing` changes them later. Raises InputError naming the argument for
+    an invalid combination. The scheme is the drop-in API for a model loop of one's own
+    (docs/how-to/drop-in.md).
     """
-    check_residual(residual, num_layers, num_blocks, exact_conversion, dilation=denseformer_dilation,
-                   period=denseformer_period)
-    check_choice(routing_impl, "routing_impl", IMPLS)
-    check_router_options(residual, router_query, router_weights, router_key_norm, routing_impl)
-    given = {"hc_streams": hc_streams, "hc_dynamic": hc_dynamic, "hc_sinkhorn_iters": hc_sinkhorn_iters}
-    check_stream_options(residual, routing_impl, **given)
-    options = router_options(router_query, router_weights, router_key_norm)
-    for field, value in stream_options(residual, **given).items():
-        option = STREAM_OPTIONS[field][2]
-        if option is not None and value is not None:
-            options[option] = value
+    option_values = {name: value for name, value in option_values.items() if value is not None}
+    if option_values:
+        if isinstance(options, VariantOptions):
+            options = options.to_dict()
+        options = {**(options or {}), **option_values}
+    options = resolve_options(residual, options, num_layers)
     variant = VARIANTS[residual]
-    return ResidualScheme(2 * num_layers, variant.mode,
-                          source_policy(residual, num_layers, num_blocks, exact_conversion, denseformer_dilation,
-                                        denseformer_period, hc_streams),
-                          hidden_size, eps, mixer=variant.mixer, gated=exact_conversion == "gate",
-                          impl=routing_impl, chunk_size=chunk_size,
-                          mixer_options=options, init_std=init_std)
+    mixer_options = {**options.mixer_options(), **({"init_std": init_std} if variant.mixer.takes_init_std else {})}
+    scheme = ResidualScheme(2 * num_layers, variant.mode, source_policy(residual, options, num_layers), hidden_size,
+                            eps, mixer=variant.mixer, mixer_options=mixer_options,
+                            impls=allowed_impls(residual, options))
+    scheme.set_routing(routing_impl, chunk_size)
+    return scheme

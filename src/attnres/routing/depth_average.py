@@ -3,12 +3,34 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from attnres.common.errors import InputError
 from attnres.routing.lean import compute_dtype
 from attnres.routing.mixer import DepthMixer, MixerFlops
+from attnres.routing.options import VariantOptions, option
+
+
+@dataclass(frozen=True, kw_only=True)
+class DenseFormerOptions(VariantOptions):
+    """Pagliardini et al.'s k x p DenseFormer: an average after every p-th layer over every k-th state
+    (1 x 1: after every layer, over all states)."""
+
+    dilation: int = option(1, "k: the average reads every k-th state (from 1 to num_layers)")
+    period: int = option(1, "p: an average after every p-th layer (from 1 to num_layers)")
+
+    def check_model(self, num_layers: int, prefix: str, error: type[Exception] = InputError) -> None:
+        for name in ("dilation", "period"):
+            value = getattr(self, name)
+            if value > num_layers:
+                raise error(f"{prefix}{name} must be an integer from 1 to num_layers = {num_layers}, got {value!r}")
+
+    def labels(self) -> list[str]:
+        """"(k x p)" when either differs from 1, as the paper names its models."""
+        return [] if (self.dilation, self.period) == (1, 1) else [f"({self.dilation}x{self.period})"]
 
 
 class DepthWeightedAverage(DepthMixer):

@@ -24,6 +24,7 @@ n x n matrices).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
@@ -31,6 +32,7 @@ from torch import Tensor, nn
 
 from attnres.common.precision import autocast_off
 from attnres.routing.mixer import DepthMixer, MixerFlops
+from attnres.routing.options import VariantOptions, option
 
 HC_SCALE_INIT = 0.01  # Zhu et al.: the dynamic corrections' scales s_alpha, s_beta start at 0.01
 
@@ -85,6 +87,24 @@ def sinkhorn(matrix: Tensor, iterations: int, eps: float) -> Tensor:
 def doubly_stochastic(logits: Tensor, iterations: int, eps: float) -> Tensor:
     """mHC's A_res from its logits (..., n, n): Sinkhorn-Knopp of softmax over the last axis + eps."""
     return sinkhorn(torch.softmax(logits, dim=-1) + eps, iterations, eps)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperConnectionOptions(VariantOptions):
+    """Hyper-connections' options (Zhu et al., 2025; method §7.3)."""
+
+    streams: int = option(4, "n: the number of residual streams (the papers' default 4)", label="(n={value})")
+    dynamic: bool = option(True, "the dynamic form (coefficients from the streams); False: static",
+                           label="[static]", mixer="dynamic")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifoldHyperConnectionOptions(VariantOptions):
+    """mHC's options (DeepSeek, 2025; method §7.3)."""
+
+    streams: int = option(4, "n: the number of residual streams (the papers' default 4)", label="(n={value})")
+    sinkhorn_iters: int = option(20, "Sinkhorn-Knopp rounds that make A_res doubly stochastic",
+                                 label="[{value} sinkhorn]", mixer="sinkhorn_iters")
 
 
 class StreamMixer(DepthMixer):

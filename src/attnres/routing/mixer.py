@@ -30,10 +30,11 @@ declares what more it can use from the scheme with class attributes:
 A mixer also states its arithmetic, `flops_per_token(num_sources)` -> `MixerFlops`, which the
 FLOPs accounting (`attnres.model.flops`, docs/explanation/scaling-law.md) sums over a model's mixers.
 
-Mixers are built as `Mixer(hidden_size, eps, gated=False, **options)`; `gated` asks for a
-zero-initialised scalar gate on the output (method §4's exact conversion), which a mixer may refuse
-with a ValueError. `options` are the router ablations (`query`, `weights`, `key_norm`, method §7),
-passed only when a config sets them; a mixer without them refuses them by raising TypeError or ValueError.
+Mixers are built as `Mixer(hidden_size, eps, **options)`: `options` are the variant's options that
+declare a mixer keyword (`attnres.routing.options.option(..., mixer=NAME)`, e.g. the Router's
+`query`, `weights` and `key_norm`, method §7), always passed, and `gated=True` where the options ask
+for a zero-initialised scalar gate on the output (method §4's exact conversion), which a mixer may
+refuse with a ValueError.
 Every parameter of a mixer is a routing parameter: the optimizer gives them their own group and
 conversion from a standard checkpoint leaves them at `reset_parameters()`.
 """

@@ -4,6 +4,7 @@ paper's router ablations (method §7) as options of the same module."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -12,13 +13,31 @@ from attnres.common.checks import check_bool, check_choice
 from attnres.common.precision import autocast_off
 from attnres.norm import RMSNorm, unit_rms
 from attnres.routing.mixer import DepthMixer, MixerFlops
+from attnres.routing.options import VariantOptions, option
 from attnres.routing.reference import route_reference
 from attnres.routing.route import resolve_impl, route_fast
 from attnres.routing.two_phase import RoutedPrefix, merge_remaining
 
-# Router ablations (method §7; ModelConfig.router_query / router_weights / router_key_norm).
+# Router ablations (method §7; `RouterOptions`).
 QUERY_KINDS = ("static", "input_dependent")
 WEIGHT_KINDS = ("softmax", "sigmoid")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RouterOptions(VariantOptions):
+    """The options of every variant routed by `Router`s: the Kimi paper's router ablations (method §7).
+    The defaults are the method's router; an ablated one computes with the reference code only."""
+
+    query: str = option("static", "the pseudo-query: 'static' (method §2) or 'input_dependent' (w + W_q x_s)",
+                        choices=QUERY_KINDS, label="[input query]", mixer="query")
+    weights: str = option("softmax", "the routing weights: 'softmax' over the sources or independent 'sigmoid's",
+                          choices=WEIGHT_KINDS, label="[{value}]", mixer="weights")
+    key_norm: bool = option(True, "RMS-normalise the keys (the sources) before scoring",
+                            label="[no key norm]", mixer="key_norm")
+
+    def fast_paths(self) -> bool:
+        """The fast and two-phase paths compute the method's router only."""
+        return (self.query, self.weights, self.key_norm) == ("static", "softmax", True)
 
 
 class Router(DepthMixer):

@@ -11,6 +11,7 @@ from attnres.distributed.env import DistributedEnv
 from attnres.distributed.pipeline_layout import PipelineConfigError, PipelineSettings
 from attnres.distributed.wrapper import PARALLEL_MODES as WRAPPED_MODES
 from attnres.distributed.wrapper import StepSettings
+from attnres.routing import IMPLS
 from attnres.train.stability import (DEFAULT_GRAD_SPIKE_RATIO, DEFAULT_LOSS_SPIKE_FLOOR, DEFAULT_LOSS_SPIKE_MADS,
                                      DEFAULT_WINDOW, StabilityMonitor, check_stability_settings)
 
@@ -35,6 +36,10 @@ class TrainConfig:
     statistics (max weight, entropy, effective sources by router; hidden RMS and gradient RMS by
     depth) on `diagnostics_batches` held-out batches every N steps (None: never). activation_checkpointing recomputes
     each sub-layer in backward (less memory, about one more forward of compute).
+    routing_impl (one of `attnres.routing.IMPLS`, those the variant takes) and routing_chunk_size
+    (per-sub-layer variants: routers per chunk of two-phase routing, None: round(sqrt(routers)))
+    choose how routing is computed, never what (docs/explanation/fast-paths.md): a run may resume
+    with others, and checkpoints do not record them.
     query_init "normal" re-draws router queries from N(0, 0.02) at the start of a run (what public
     research code does by accident; both papers initialise them to zero, the default).
     parallel (under torchrun; see docs/how-to/scale-out.md): "ddp" (DistributedDataParallel), "fsdp"
@@ -68,6 +73,8 @@ class TrainConfig:
     precision: str = "bf16"
     compile: bool = False
     activation_checkpointing: bool = False
+    routing_impl: str = "auto"
+    routing_chunk_size: int | None = None
     seed: int = 0
     eval_every: int = 100
     eval_batches: int | None = 8
@@ -108,8 +115,9 @@ class TrainConfig:
             raise TrainConfigError(f"TrainConfig.decay_fraction must be in (0, 1], got {self.decay_fraction!r}")
         if self.grad_clip is not None:
             check_positive_number(self.grad_clip, "TrainConfig.grad_clip", error=TrainConfigError)
+        check_int(self.routing_chunk_size, "TrainConfig.routing_chunk_size", allow_none=True, error=TrainConfigError)
         for name, choices in (("schedule", SCHEDULES), ("query_init", QUERY_INITS), ("parallel", PARALLEL_MODES),
-                              ("precision", PRECISIONS)):
+                              ("precision", PRECISIONS), ("routing_impl", IMPLS)):
             check_choice(getattr(self, name), f"TrainConfig.{name}", choices, error=TrainConfigError)
         for name in ("compile", "activation_checkpointing", "progress", "tensorboard"):
             check_bool(getattr(self, name), f"TrainConfig.{name}", error=TrainConfigError, yaml=True)

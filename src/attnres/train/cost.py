@@ -39,14 +39,16 @@ class VariantRunner:
 
     batch: (B, T) token ids for training and prefill; decode_ids: (B, K) tokens fed one at a time
     (None when decoding is not measured). The weights are drawn from `seed`, so every variant of a
-    measurement starts from the same shared weights.
+    measurement starts from the same shared weights. routing_impl, routing_chunk_size: how routing
+    is computed (`AttnResLM.set_routing`).
     """
 
     def __init__(self, model_config: ModelConfig, device: torch.device, precision: str, batch: torch.Tensor,
-                 decode_ids: torch.Tensor | None, seed: int) -> None:
+                 decode_ids: torch.Tensor | None, seed: int, routing_impl: str = "auto",
+                 routing_chunk_size: int | None = None) -> None:
         torch.manual_seed(seed)  # every variant starts from the same shared weights
         self.config = model_config
-        self.model = AttnResLM(model_config).to(device)
+        self.model = AttnResLM(model_config).to(device).set_routing(routing_impl, routing_chunk_size)
         self.optimizer = adamw(self.model.parameters(), lr=1e-4)
         self.batch, self.decode_ids = batch, decode_ids
         self.precision = precision

@@ -18,6 +18,7 @@ def build_model(run: RunConfig, vocab_size: int, device: torch.device) -> AttnRe
     """The run's model on `device`, initialised from the run's seed (vocab_size fills "auto")."""
     torch.manual_seed(run.train.seed)
     model = AttnResLM(run.build_model_config(vocab_size)).to(device)
+    model.set_routing(run.train.routing_impl, run.train.routing_chunk_size)
     model.activation_checkpointing = run.train.activation_checkpointing
     return model
 

@@ -12,6 +12,8 @@ from attnres.common.config_files import parse_assignment, read_yaml_mapping
 from attnres.common.errors import InputError
 from attnres.data import DataConfig
 from attnres.model import ModelConfig
+from attnres.residual import check_routing
+from attnres.residual.legacy import upgrade_model_fields
 from attnres.train.config import TrainConfig
 
 AUTO = "auto"
@@ -27,7 +29,10 @@ class RunConfigError(InputError):
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One training run. `model` holds ModelConfig fields; vocab_size "auto" takes the tokenizer's.
+    """One training run. `model` holds ModelConfig fields (the variant's options under
+    residual_options); vocab_size "auto" takes the tokenizer's. A `model` section written before the
+    options were typed is translated (`attnres.residual.legacy`); its routing_impl and
+    routing_chunk_size become the train section's defaults.
 
     init_from: a Hugging Face-format directory (config.json + safetensors: `attnres convert` output
     or a training checkpoint) whose weights start the run; its config supplies every model field
@@ -41,7 +46,9 @@ class RunConfig:
     init_from: str | None = None
 
     def __post_init__(self) -> None:
-        self.build_model_config(vocab_size=256)  # validates every model field now, not at train time
+        model = self.build_model_config(vocab_size=256)  # validates every model field now, not at train time
+        check_routing(model.residual, model.residual_options, model.num_layers, self.train.routing_impl,
+                      self.train.routing_chunk_size, prefix="train.", error=RunConfigError)
         max_len = self.model.get("max_seq_len", ModelConfig.__dataclass_fields__["max_seq_len"].default)
         if self.train.seq_len > max_len:
             raise RunConfigError(f"train.seq_len={self.train.seq_len} is above the model's maximum "
@@ -69,10 +76,15 @@ class RunConfig:
         if "model" not in values and init_from is None:
             raise RunConfigError("the config needs a 'model' section (ModelConfig fields) or init_from")
         data = _section(values, "data", DataConfig)
-        train = _section(values, "train", TrainConfig)
         model = {key: yaml_number(value) for key, value in dict(values.get("model") or {}).items()}
         if init_from is not None:
-            model = {**pretrained_model_fields(init_from), **model}
+            pretrained = pretrained_model_fields(init_from)
+            if model.get("residual", pretrained["residual"]) != pretrained["residual"]:
+                del pretrained["residual_options"]  # another variant: its options are the model section's
+            model = {**pretrained, **model}
+        model, settings = upgrade_model_fields(model, flat_options=True, prefix="model.", error=RunConfigError)
+        train = values.get("train") or {}
+        train = _section({"train": {**settings, **train} if isinstance(train, dict) else train}, "train", TrainConfig)
         return cls(model=model, data=data, train=train, out_dir=str(values.get("out_dir", "runs/default")),
                    init_from=None if init_from is None else str(init_from))
 
@@ -134,6 +146,8 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
             raise RunConfigError(f"override key {key!r} must be out_dir or <section>.<field> with section in "
                                  f"{list(SECTIONS)}")
         target = result.setdefault(section, {})
+        if section == "model":
+            _drop_other_spelling(target, name)
         *parents, leaf = name.split(".")
         for parent in parents:  # copied on the way down: the caller's nested mappings stay as they were
             inner = target.get(parent)
@@ -141,6 +155,16 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
             target = target[parent]
         target[leaf] = value
     return result
+
+
+def _drop_other_spelling(model: dict, name: str) -> None:
+    """A variant option may be written at the top of `model` or under `residual_options`: an override
+    in one spelling replaces the value the other spelling holds, so the override wins."""
+    nested = model.get("residual_options")
+    if name.startswith("residual_options."):
+        model.pop(name.removeprefix("residual_options."), None)
+    elif "." not in name and isinstance(nested, dict) and name in nested:
+        model["residual_options"] = {key: value for key, value in nested.items() if key != name}
 
 
 def load_run_config(path: str | Path | None, overrides: list[str] = (), base: dict | None = None) -> RunConfig:

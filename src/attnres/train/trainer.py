@@ -33,6 +33,7 @@ from attnres.distributed.pipeline_layout import PipelineConfigError
 from attnres.distributed.wrap import wrap_model
 from attnres.distributed.wrapper import ParallelModel
 from attnres.model import AttnResLM
+from attnres.residual.legacy import upgrade_model_fields
 from attnres.train.config import pipeline_setting_error, resolve_parallel
 from attnres.train.diagnostics import routing_diagnostics
 from attnres.train.evaluate import evaluate
@@ -257,8 +258,11 @@ class Trainer:
 
 
 def check_compatible(saved: dict, run: RunConfig) -> None:
-    """Refuse to resume when the model, data or the settings that fix the batch order differ."""
+    """Refuse to resume when the model, data or the settings that fix the batch order differ (how
+    routing is computed may differ; a checkpoint's model section in any version's form is compared
+    as today's, `attnres.residual.legacy`)."""
     current = run.to_dict()
+    saved = {**saved, "model": upgrade_model_fields(saved.get("model", {}), flat_options=True)[0]}
     differences = []
     for section in ("model", "data"):
         for key in sorted(set(saved.get(section, {})) | set(current[section])):
