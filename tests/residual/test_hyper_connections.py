@@ -11,7 +11,8 @@ from attnres.common.errors import InputError
 from attnres.analysis.causal import collect_causal_routing
 from attnres.distributed.pipeline_layout import PipelineConfig, PipelineConfigError, build_layout
 from attnres.model.config import variant_name
-from attnres.routing.hyper import HyperConnectionOptions, ManifoldHyperConnectionOptions
+from attnres.routing.hyper_connections import HyperConnectionOptions
+from attnres.routing.mhc import ManifoldHyperConnectionOptions
 from attnres.routing.options import VariantOptions
 from attnres.train.config import TrainConfig
 from attnres.train.run_config import RunConfig, RunConfigError

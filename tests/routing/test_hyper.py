@@ -5,7 +5,8 @@ Sinkhorn-Knopp projection, and the papers' initialisations."""
 import pytest
 import torch
 
-from attnres.routing.hyper import HyperConnection, ManifoldHyperConnection, ManifoldHyperHead, StreamSum, sinkhorn
+from attnres.routing.hyper_connections import HyperConnection, StreamSum
+from attnres.routing.mhc import ManifoldHyperConnection, ManifoldHyperHead, sinkhorn
 
 D, N = 8, 4
 
@@ -54,7 +55,7 @@ def test_mhc_step_equals_transformers_deepseek_v4_hyper_connection(precision):
         x = streams(dtype)
         post, comb, collapsed = theirs(x)
         assert comb.dtype == dtype
-        h, weights, (our_post, our_comb) = ours(x)
+        h, weights, (our_post, our_comb) = read(ours, x)
         torch.testing.assert_close(h, collapsed, rtol=tol, atol=tol)
         torch.testing.assert_close(our_post, post, rtol=tol, atol=tol)
         torch.testing.assert_close(our_comb, comb, rtol=tol, atol=tol)
@@ -62,7 +63,7 @@ def test_mhc_step_equals_transformers_deepseek_v4_hyper_connection(precision):
         their_step = post.unsqueeze(-1) * out.unsqueeze(-2) + torch.matmul(comb.transpose(-1, -2), x)
         torch.testing.assert_close(ours.write(x, out, (our_post, our_comb)), their_step, rtol=tol, atol=tol)
         # the papers' formulas as written (the reference path) give the same
-        h_ref, _, (post_ref, comb_ref) = ours(x, lean=False)
+        h_ref, _, (post_ref, comb_ref) = read(ours, x, lean=False)
         torch.testing.assert_close(h_ref, collapsed, rtol=tol, atol=tol)
         torch.testing.assert_close(comb_ref, comb, rtol=tol, atol=tol)
     assert (comb - comb.mean()).abs().max() > 1e-2  # guards the test: a non-trivial mixing matrix
@@ -106,12 +107,20 @@ def test_read_and_write_pass_gradcheck(make):
         with torch.no_grad():
             for p, v in zip(params, values):
                 p.copy_(v)
-        h, _, written = torch.func.functional_call(mixer, dict(zip([n for n, _ in mixer.named_parameters()], values)),
-                                                   (x, False))
-        return h, mixer.write(x, delta, written)
+        written = []
+        h, _ = torch.func.functional_call(mixer, dict(zip([n for n, _ in mixer.named_parameters()], values)),
+                                          (x, False), {"written": written})
+        return h, mixer.write(x, delta, written[0])
 
     values = [p.detach().clone().requires_grad_() for p in params]
     assert torch.autograd.gradcheck(step, (x, delta, *values), eps=1e-6, atol=1e-6)
+
+
+def read(mixer, x, **kwargs):
+    """A stream mixer's read: (h, weights, the write coefficients it appends to `written`)."""
+    written = []
+    h, weights = mixer(x, written=written, **kwargs)
+    return h, weights, written[0]
 
 
 def test_hyper_connection_initialisation_is_the_papers():
@@ -140,7 +149,7 @@ def test_mhc_with_a_zero_projection_keeps_equal_streams_equal():
     with torch.no_grad():
         mixer.fn.zero_()
     x = torch.randn(2, 3, 1, D, dtype=torch.float64).expand(2, 3, N, D)
-    h, weights, written = mixer(x)
+    h, weights, written = read(mixer, x)
     torch.testing.assert_close(h, (N * (0.5 + 1e-6)) * x[:, :, 0])
     torch.testing.assert_close(written[1], torch.full((2, 3, N, N), 1 / N, dtype=torch.float64), rtol=1e-5, atol=0)
     delta = torch.randn(2, 3, D, dtype=torch.float64)
@@ -154,7 +163,7 @@ def test_final_collapses():
     head = ManifoldHyperHead(D, 1e-6, num_streams=N)
     with torch.no_grad():
         head.fn.zero_()
-    hidden, weights, _ = head(x)
+    hidden, weights = head(x)
     torch.testing.assert_close(hidden, (0.5 + 1e-6) * x.sum(-2))
     assert weights.shape == (2, 3, N)
 
@@ -163,7 +172,7 @@ def test_bf16_autocast_keeps_the_streams_in_fp32():
     mixer = ManifoldHyperConnection(D, 1e-6, num_streams=N)
     x = streams(torch.float32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        h, _, written = mixer(x)
+        h, _, written = read(mixer, x)
         out = mixer.write(x, torch.randn(2, 3, D, dtype=torch.bfloat16), written)
     assert h.dtype == torch.float32 and out.dtype == torch.float32 and written[1].dtype == torch.float32
 

@@ -69,14 +69,12 @@ def ablated_source(model: AttnResLM, router: int, source: int, kind: str) -> con
     def ablate(v: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(v) if kind == "zero" else v.mean(dim=(0, 1), keepdim=True).expand_as(v)
 
+    scheme = model.residual
+
     def replace(module, args, kwargs):
-        if module.mixes_streams:  # hyper-connections, mHC: the sources are the streams (B, T, n, D)
-            streams = args[0].clone()
-            streams[..., source, :] = ablate(streams[..., source, :])
-            return (streams, *args[1:]), kwargs
-        sources = list(args[0])
+        sources = scheme.split_sources(args[0])  # a stream mixer's sources are its n streams
         sources[source] = ablate(sources[source])
-        return (sources, *args[1:]), kwargs
+        return (scheme.join_sources(sources), *args[1:]), kwargs
 
     return _hooked(model.routers[router], replace)
 

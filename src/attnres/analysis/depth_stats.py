@@ -28,8 +28,10 @@ class DepthStats:
     entropy:      per router, the token-mean entropy of its weights in nats (`routing_entropy`;
                   0 for a single source, ln n for uniform weights).
     effective_sources: per router, the token-mean of exp(entropy) (`effective_sources`; 1 .. n).
-    Routed fields are empty lists for `standard`. `entropy` and `effective_sources` are also empty
-    when loaded from a dict written before they existed.
+    mixer_labels: per router, its label for figures (`ResidualScheme.mixer_labels`: "0 attn", ...,
+                  "final", or "after 3"); mixer_axis: what the labels count (`ResidualScheme.mixer_axis`).
+    Routed fields are empty lists for `standard`. `entropy`, `effective_sources` and the labels are
+    also empty (the axis None) when loaded from a dict written before they existed.
     """
 
     source_names: list[list[str]]
@@ -39,6 +41,8 @@ class DepthStats:
     num_tokens: int = 0
     entropy: list[float] = field(default_factory=list)
     effective_sources: list[float] = field(default_factory=list)
+    mixer_labels: list[str] = field(default_factory=list)
+    mixer_axis: str | None = None
 
     def to_dict(self) -> dict:
         """Plain dict of lists, numbers, strings and None."""
@@ -117,4 +121,5 @@ def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> De
         hidden_rms=acc.rms(),
         num_tokens=tokens,
         entropy=[e / tokens for e in entropy_sums],
-        effective_sources=[e / tokens for e in effective_sums])
+        effective_sources=[e / tokens for e in effective_sums],
+        mixer_labels=model.residual.mixer_labels(), mixer_axis=model.residual.mixer_axis)

@@ -74,9 +74,7 @@ def collect_source_cosines(model: AttnResLM, batches: Iterable[torch.Tensor]) ->
 
     def observer(r: int):
         def record(module, args, kwargs):
-            sources = args[0] if args else kwargs["sources"]
-            if module.mixes_streams:  # hyper-connections, mHC: one (B, T, n, D) tensor of n streams
-                sources = sources.unbind(-2)
+            sources = residual.split_sources(args[0] if args else kwargs["sources"])  # a stream mixer's: its n streams
             if len(sources) != len(names[r]):
                 raise RuntimeError(f"router {r} saw {len(sources)} sources, source_names() lists {len(names[r])}")
             total, _ = _cosine_sums(sources)

@@ -150,18 +150,18 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
     with torch.device("meta"):  # what the scheme keeps between sub-layers, without allocating its parameters
         scheme = build_residual(model.residual, model.residual_options, num_layers=model.num_layers,
                                 hidden_size=model.hidden_size)
-    if scheme.mode == "streams":
+    if scheme.keeps_streams:
         raise PipelineConfigError(
             f"ModelConfig.residual={model.residual!r} keeps {scheme.policy.num_streams} residual streams (B, T, n, D) between "
             f"sub-layers; pipeline stages send (B, T, D) tensors and do not carry the streams yet. Train it "
             f"without a pipeline (data parallelism applies)")
     sizes = _layers_per_stage(model.num_layers, num_stages, config.layers_per_stage)
     bounds = tuple(sum(sizes[:j]) for j in range(num_stages + 1))
-    policy = scheme.policy
     keeps_stream = scheme.keeps_stream  # the running stream travels where the scheme keeps one
-    # DenseFormer's states complete at every layer's end (StatePolicy.block_size 2), so stages, which
-    # end at layers, never cut one.
-    size = 1 if policy is None else policy.block_size
+    # A source completes every `size` sub-layers (a state of DenseFormer at every layer's end, so
+    # stages, which end at layers, never cut one).
+    size = scheme.source_size
+    has_sources = scheme.num_routers > 0
     if not config.allow_partial_blocks and size > 1:
         allowed = [layer for layer in range(1, model.num_layers) if (2 * layer) % size == 0]
         inside = [layer for layer in bounds[1:-1] if (2 * layer) % size]
@@ -173,7 +173,7 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
                 f"send the block's partial sum")
 
     def completed(b: int) -> int:  # sources complete before sub-layer b
-        return 0 if policy is None else 1 + b // size
+        return 1 + b // size if has_sources else 0
 
     edges = []
     for k in range(num_stages - 1):
@@ -181,7 +181,7 @@ def build_layout(model: ModelConfig, config: PipelineConfig, num_ranks: int) -> 
         previous = k + 1 - num_ranks  # the receiving rank's earlier stage, if any
         first_sent = completed(2 * bounds[previous + 1]) if config.cache and previous >= 0 else 0
         edges.append(Edge(boundary=b, has_stream=keeps_stream,
-                          has_partial=policy is not None and b % size != 0,
+                          has_partial=has_sources and b % size != 0,
                           num_sources=completed(b), first_sent=first_sent))
     return StageLayout(num_ranks=num_ranks, layer_bounds=bounds, edges=tuple(edges))
 

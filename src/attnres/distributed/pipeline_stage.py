@@ -15,7 +15,6 @@ from torch.distributed.pipelining import PipelineStage
 from attnres.distributed.pipeline_layout import StageLayout
 from attnres.distributed.stage_cache import ByteCounter, SourceCache
 from attnres.model.decoder import AttnResLM
-from attnres.residual import StatePolicy
 from attnres.residual import StreamState
 
 
@@ -36,14 +35,7 @@ class StageModule(nn.Module):
         self.sublayers = layout.sublayers(index)
         first, last = layout.layer_bounds[index], layout.layer_bounds[index + 1]
         self.layers = nn.ModuleList(model.layers[first:last])
-        routers, policy = model.residual.routers, model.residual.policy
-        if isinstance(policy, StatePolicy):  # one average per averaging layer: those after this stage's layers
-            owned = [routers[m] for m, t in enumerate(policy.mixer_layers) if first < t <= last]
-        else:
-            owned = [routers[s] for s in self.sublayers] if len(routers) else []
-            if self.is_last and len(routers) > model.config.num_sublayers:
-                owned.append(routers[-1])  # the final router of mode "replace"
-        self.routers = nn.ModuleList(owned)
+        self.routers = nn.ModuleList(model.routers[m] for m in model.residual.stage_mixers(first, last, self.is_last))
         self.embed_tokens = model.embed_tokens if self.is_first else None
         self.norm = model.norm if self.is_last else None
         self.lm_head = model.lm_head if self.is_last else None

@@ -35,7 +35,7 @@ def split_routers(num_routers: int) -> tuple[list[int], list[int]]:
 
 
 def plot_routing_heatmap_split(source_names: list[list[str]], mean_weights: list[list[float]], path,
-                               title: str) -> Path:
+                               title: str, layout: tuple[list[str], str] | None = None) -> Path:
     """Router x source heatmaps of mean routing weight, attention routers and MLP routers apart.
 
     Two panels, one above the other, on one colour scale [0, 1] and one set of source columns
@@ -43,9 +43,11 @@ def plot_routing_heatmap_split(source_names: list[list[str]], mean_weights: list
     MLP inputs (odd sub-layers) with the final router, if any, as the last row. Blank cells are
     sources a router cannot see; the x labels explain the source names shown.
     """
-    if plots.averages_after_layers(source_names) is not None:
-        # Averages after layers (DenseFormer) have no attention/MLP split: one panel, rows by layer.
-        return plots.plot_routing_heatmap(source_names, mean_weights, path, title)
+    layout = layout or plots.mixer_rows(source_names)
+    if layout[1] != plots.ROUTER_AXIS:
+        # Mixers that are not sub-layers' (DenseFormer's averages after layers) have no attention/MLP
+        # split: one panel, rows by mixer.
+        return plots.plot_routing_heatmap(source_names, mean_weights, path, title, layout)
     columns, matrix = heatmap_matrix(source_names, mean_weights)
     rows, cols = matrix.shape
     labels = router_labels(rows)

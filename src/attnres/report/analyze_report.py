@@ -31,15 +31,15 @@ def cosine_routers(source_names: list[list[str]]) -> list[int]:
     return sorted({r for r in chosen if 0 <= r < count and len(source_names[r]) >= 2})
 
 
-def _router_name(r: int, count: int, source_names: list[list[str]] | None = None) -> str:
-    from attnres.report.plots import averages_after_layers  # matplotlib: only when a report is written
+def _router_name(r: int, layout: tuple[list[str], str]) -> str:
+    """"router 3 (MLP)", "router 8 (final)" or "average 1 (after layer 2)" from the mixers' `layout`."""
+    from attnres.report.plots import ROUTER_AXIS  # matplotlib: only when a report is written
 
-    layers = averages_after_layers(source_names) if source_names else None
-    if layers is not None:
-        return f"average {r} (after layer {layers[r]})"
-    if count % 2 and r == count - 1:
-        return f"router {r} (final)"
-    return f"router {r} ({'attention' if r % 2 == 0 else 'MLP'})"
+    labels, axis = layout
+    if axis != ROUTER_AXIS:
+        return f"average {r} ({labels[r].replace('after', 'after layer')})"
+    words = {"attn": "attention", "mlp": "MLP"}
+    return f"router {r} ({words.get(labels[r].split()[-1], labels[r])})"
 
 
 def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dict[str, dict], list[str]]:
@@ -95,11 +95,12 @@ def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dic
         name = unique_name(slug(e["label"], fallback="checkpoint"), used)
         names = e["depth_stats"]["source_names"]
         rel = f"figures/routing_{name}.png"
+        mixers = plots.mixer_layout(e["depth_stats"])
         analyze_plots.plot_routing_heatmap_split(names, e["depth_stats"]["mean_weights"], out_dir / rel,
-                                                 f"Routing weights: {e['label']}")
+                                                 f"Routing weights: {e['label']}", mixers)
         columns = heatmap_matrix(names, e["depth_stats"]["mean_weights"])[0]
         layout = ("averages after layers (rows), their plain scalar weights, any sign, on the [0, 1] colour scale "
-                  "(the cells print the values)" if plots.averages_after_layers(names) is not None else
+                  "(the cells print the values)" if mixers[1] != plots.ROUTER_AXIS else
                   "attention routers (even sub-layers) on top, MLP routers (odd sub-layers) below with the final "
                   "router, where the variant has one, as the last row")
         figures = {"routing": (rel, f"routing weights of {e['label']}",
@@ -111,11 +112,11 @@ def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dic
         if chosen:
             rel = f"figures/cosines_{name}.png"
             analyze_plots.plot_cosine_matrices(
-                {_router_name(r, len(names), names): (names[r], e["source_cosines"][r]) for r in chosen},
+                {_router_name(r, mixers): (names[r], e["source_cosines"][r]) for r in chosen},
                 out_dir / rel, f"Source cosine similarity: {e['label']}")
             figures["cosines"] = (rel, f"source cosine similarity of {e['label']}",
                                   f"{e['label']}: token-mean cosine similarity between the sources of "
-                                  f"{', '.join(_router_name(r, len(names), names) for r in chosen)}, one panel each "
+                                  f"{', '.join(_router_name(r, mixers) for r in chosen)}, one panel each "
                                   "(red: the same direction, blue: opposite). Near 1: the router chooses between "
                                   "nearly identical directions. Sources: "
                                   f"{source_key([n for r in chosen for n in names[r]])}. "

@@ -180,7 +180,7 @@ def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[st
         name = unique_name(slug(variant["name"], fallback="variant"), used)
         rel = f"figures/routing_{name}.png"
         plots.plot_routing_heatmap(stats["source_names"], stats["mean_weights"], out_dir / rel,
-                                   f"Routing weights: {variant['name']} (seed {run['seed']})")
+                                   f"Routing weights: {variant['name']} (seed {run['seed']})", plots.mixer_layout(stats))
         columns = plots.heatmap_matrix(stats["source_names"], stats["mean_weights"])[0]
         figures.append((rel, f"routing weights of {variant['name']}",
                         f"{variant['name']}, seed {run['seed']}: mean weight each router (row) gives each "
@@ -320,8 +320,8 @@ def write_report(results: dict, out_dir: Path) -> list[Path]:
 
     results: {"preset", "description", "command", "created", "machine": `machine_info`, "code_path":
     {"routing_impl", "routing", "precision"}, "settings": {"model", "data", "train"}, "seeds": [...],
-    "variants": [{"name", "residual", "num_blocks", "exact_conversion", "query_init" (the last three
-    optional), "runs": [{"seed", "run_dir", "val_curve": [[step, loss]], "train_curve", "final_val_loss",
+    "variants": [{"name", "residual", the variant's options (flat or under "residual_options"),
+    "query_init" (optional), "runs": [{"seed", "run_dir", "val_curve": [[step, loss]], "train_curve", "final_val_loss",
     "step_time_s" (median training-step wall time, informational), "tokens_per_s", "tokens",
     "depth_stats": DepthStats.to_dict(), "stability": `attnres.train.stability.run_totals` (optional:
     without it the stability table shows n/a)}, ...]}, ...], "cost": `attnres.compare.cost.measure_costs`'s

@@ -234,9 +234,22 @@ def label_sources(fig: Figure, axes: Sequence, columns: Sequence[str]) -> None:
         fig.supxlabel("\n".join(lines), fontsize=MIN_FONT_PT)
 
 
+ROUTER_AXIS = "router (sub-layer)"  # `ResidualScheme.mixer_axis` of mixers that belong to sub-layers
+
+
+def mixer_layout(stats: dict) -> tuple[list[str], str]:
+    """Row labels and axis label of a `DepthStats` dict's mixers: the scheme's, as recorded
+    (`mixer_labels`, `mixer_axis`), or, for a file written before they were, read from the source
+    names (`mixer_rows`)."""
+    if stats.get("mixer_labels"):
+        return list(stats["mixer_labels"]), stats["mixer_axis"]
+    return mixer_rows(stats["source_names"])
+
+
 def averages_after_layers(source_names: list[list[str]]) -> list[int] | None:
-    """For DenseFormer-style mixers (each one's last source the state x{t} of the layer it follows), the
-    layers t they average after; None for routers of sub-layers."""
+    """For files that do not record their mixers' labels: DenseFormer-style mixers (each one's last
+    source the state x{t} of the layer it follows) and the layers t they average after; None for
+    routers of sub-layers."""
     last = [re.fullmatch(r"x(\d+)", names[-1]) if names else None for names in source_names]
     return [int(m.group(1)) for m in last] if last and all(last) else None
 
@@ -310,15 +323,17 @@ def heatmap_height(rows: int) -> float:
     return min(2.6 + ROW_HEIGHT * max(rows, 3), 2.6 + ROW_HEIGHT * MAX_HEATMAP_ROWS)
 
 
-def plot_routing_heatmap(source_names: list[list[str]], mean_weights: list[list[float]], path, title: str) -> Path:
+def plot_routing_heatmap(source_names: list[list[str]], mean_weights: list[list[float]], path, title: str,
+                         layout: tuple[list[str], str] | None = None) -> Path:
     """Router (rows) x source (columns) heatmap of mean routing weights; blank where a router lacks a source.
 
-    source_names/mean_weights: per router, as in `DepthStats`. The colour scale is fixed to [0, 1]
-    so heatmaps of different variants compare directly. The x label explains the source names shown.
+    source_names/mean_weights: per router, as in `DepthStats`; layout: the rows' labels and axis label
+    (`mixer_layout`; None: read from the source names). The colour scale is fixed to [0, 1] so
+    heatmaps of different variants compare directly. The x label explains the source names shown.
     """
     columns, matrix = heatmap_matrix(source_names, mean_weights)
     rows = matrix.shape[0]
-    labels, ylabel = mixer_rows(source_names)
+    labels, ylabel = layout or mixer_rows(source_names)
     with matplotlib.rc_context(STYLE):
         fig, (ax,) = new_figure(heatmap_height(rows))
         image = draw_heatmap(ax, matrix, labels, columns)

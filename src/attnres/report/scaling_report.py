@@ -637,7 +637,7 @@ def write_scaling_report(results: dict, out_dir: Path) -> dict:
     results: {"preset", "description", "command", "created", "machine" (`machine_info`), "rules":
     {name: value}, "sizes": [{"name", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
     "intermediate_size", "parameters", "total_parameters", "tokens", "steps", "seeds"}], "variants":
-    [{"name", "residual", (style fields such as "num_blocks"), "runs": [{"size", "seed", "parameters",
+    [{"name", "residual", (its options, for its style), "runs": [{"size", "seed", "parameters",
     "flops", "final_val_loss", "stability" (optional), ...}]}], "fit": `summarize_sweep`'s output,
     "gpu_estimate" (optional)}. Returns {"results", "report", "html", "figures": [paths]}; results.json
     is the input plus "tables" (`derived_tables`) and "figures" (relative paths).

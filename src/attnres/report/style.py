@@ -17,12 +17,10 @@ import zlib
 from matplotlib.colors import to_hex, to_rgb
 
 from attnres.model.config import entry_options
+from attnres.residual import VARIANTS
 
-# The built-in residuals; tab10 colours, standard in dark grey as the neutral reference.
-RESIDUAL_COLORS = {"standard": "#4d4d4d", "full_attnres": "#1f77b4", "block_attnres": "#ff7f0e",
-                   "delta_attnres": "#2ca02c", "delta_block": "#d62728", "denseformer": "#9467bd",
-                   "hyper_connections": "#8c564b", "mhc": "#e377c2"}
-# Residuals registered later get one of these, chosen by a hash of the name (the same in every run).
+# A variant's colour is its row's (`Variant.color`: tab10 for the built-in ones); a variant without
+# one, or one no longer in the table, gets one of these, chosen by a hash of the name (the same in every run).
 SPARE_COLORS = ("#bcbd22", "#17becf", "#aec7e8", "#98df8a")
 BLOCK_MARKERS = {None: "o", 1: "v", 2: "^", 4: "s", 8: "D", 16: "P", 32: "X"}
 SPARE_MARKERS = ("<", ">", "h", "p", "*", "8", "d")
@@ -50,7 +48,8 @@ def variant_style(residual: str, num_blocks: int | None = None, exact_conversion
                   query_init: str | None = None, router_ablations: tuple[str, ...] = ()) -> dict:
     """Matplotlib keyword arguments of one variant's lines and points: {"color", "marker", "linestyle",
     "markerfacecolor"} (bars use "color"). The same variant gets the same style in every figure."""
-    color = RESIDUAL_COLORS.get(residual) or _stable_pick(SPARE_COLORS, residual)
+    row = VARIANTS.get(residual)
+    color = (row.color if row is not None else None) or _stable_pick(SPARE_COLORS, residual)
     if num_blocks:
         # log2: 8 blocks keep the colour, each halving lightens it, each doubling darkens it
         amount = SHADE_PER_DOUBLING * (math.log2(BASE_BLOCKS) - math.log2(num_blocks))

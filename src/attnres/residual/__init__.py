@@ -3,13 +3,17 @@ and the variant table naming every `residual` value with its options. The scheme
 public API."""
 
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, valid_num_blocks
-from attnres.residual.scheme import MODES, ResidualScheme, StreamState, check_chunk_size
+from attnres.residual.averaging import AveragingScheme
+from attnres.residual.routed import FastRouting, RoutedScheme
+from attnres.residual.scheme import MODES, ResidualScheme, StandardScheme, StreamState, check_chunk_size
+from attnres.residual.streams import StreamScheme
 from attnres.residual.variants import (VARIANTS, BlockCount, BlockOptions, DeltaBlockOptions, Variant, allowed_impls,
                                        build_residual, check_routing, register_variant, resolve_options,
                                        source_policy, unregister_variant, variant_label, variants_with_option)
 from attnres.routing.options import REQUIRED, VariantOptions, option
 
-__all__ = ["MODES", "REQUIRED", "VARIANTS", "BlockCount", "BlockOptions", "DeltaBlockOptions", "ResidualScheme", "SourcePolicy",
-           "StatePolicy", "StreamPolicy", "StreamState", "Variant", "VariantOptions", "allowed_impls",
+__all__ = ["MODES", "REQUIRED", "VARIANTS", "AveragingScheme", "BlockCount", "BlockOptions", "DeltaBlockOptions",
+           "FastRouting", "ResidualScheme", "RoutedScheme", "SourcePolicy", "StandardScheme", "StatePolicy",
+           "StreamPolicy", "StreamScheme", "StreamState", "Variant", "VariantOptions", "allowed_impls",
            "build_residual", "check_chunk_size", "check_routing", "option", "register_variant", "resolve_options",
            "source_policy", "unregister_variant", "valid_num_blocks", "variant_label", "variants_with_option"]

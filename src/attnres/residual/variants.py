@@ -10,17 +10,25 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
+
 from attnres.common.checks import check_choice
 from attnres.common.errors import InputError
+from attnres.residual.averaging import AveragingScheme
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, valid_num_blocks
-from attnres.residual.scheme import MODES, ResidualScheme, check_chunk_size
+from attnres.residual.routed import RoutedScheme
+from attnres.residual.scheme import MODES, ResidualScheme, StandardScheme
+from attnres.residual.streams import StreamScheme
 from attnres.routing import IMPLS, DepthMixer, DepthWeightedAverage, HyperConnection, ManifoldHyperConnection, Router
 from attnres.routing.depth_average import DenseFormerOptions
-from attnres.routing.hyper import HyperConnectionOptions, ManifoldHyperConnectionOptions
+from attnres.routing.hyper_connections import HyperConnectionOptions
+from attnres.routing.mhc import ManifoldHyperConnectionOptions
 from attnres.routing.options import REQUIRED, VariantOptions, option
 from attnres.routing.router import RouterOptions
 
 SOURCE_KINDS = ("none", "sublayers", "blocks", "states", "streams")
+# The scheme class of each routing mode but the routed ones ("replace", "add": `RoutedScheme`).
+SCHEMES = {"none": StandardScheme, "average": AveragingScheme, "streams": StreamScheme}
 # What each exact_conversion value (method §4) changes: a zero-initialised gate on every mixer, or
 # the current block's partial sum as one more source (then the sources sum to x_s).
 EXACT_CONVERSIONS = ("gate", "partial")
@@ -98,6 +106,7 @@ class Variant:
     options:  the variant's options dataclass (`attnres.routing.options.VariantOptions`).
     impls:    the routing implementations (`attnres.routing.IMPLS`) that compute this variant.
     method:   where the variant is specified (a method section or a paper).
+    color:    its colour in every figure (None: one picked from its name, the same in every run).
     """
 
     name: str
@@ -109,6 +118,7 @@ class Variant:
     options: type[VariantOptions] = VariantOptions
     impls: tuple[str, ...] = IMPLS
     method: str = ""
+    color: str | None = None
 
     def __post_init__(self) -> None:
         check_choice(self.mode, "Variant.mode", MODES)
@@ -143,18 +153,18 @@ def unregister_variant(name: str) -> None:
 
 
 for _variant in (
-    Variant("standard", "none", method="method §1"),
-    Variant("full_attnres", "replace", "sublayers", "d", options=RouterOptions, method="method §3.1"),
+    Variant("standard", "none", method="method §1", color="#4d4d4d"),  # dark grey: the neutral reference
+    Variant("full_attnres", "replace", "sublayers", "d", options=RouterOptions, method="method §3.1", color="#1f77b4"),
     Variant("block_attnres", "replace", "blocks", "b", partial_source=True, options=BlockOptions,
-            method="method §3.2"),
-    Variant("delta_attnres", "add", "sublayers", "d", options=RouterOptions, method="method §3.3"),
-    Variant("delta_block", "add", "blocks", "D", options=DeltaBlockOptions, method="method §3.4"),
+            method="method §3.2", color="#ff7f0e"),
+    Variant("delta_attnres", "add", "sublayers", "d", options=RouterOptions, method="method §3.3", color="#2ca02c"),
+    Variant("delta_block", "add", "blocks", "D", options=DeltaBlockOptions, method="method §3.4", color="#d62728"),
     Variant("denseformer", "average", "states", "x", mixer=DepthWeightedAverage, options=DenseFormerOptions,
-            method="method §7 (Pagliardini et al., 2024)"),
+            method="method §7 (Pagliardini et al., 2024)", color="#9467bd"),
     Variant("hyper_connections", "streams", "streams", "h", mixer=HyperConnection, options=HyperConnectionOptions,
-            impls=STREAM_IMPLS, method="method §7.3 (Zhu et al., 2025)"),
+            impls=STREAM_IMPLS, method="method §7.3 (Zhu et al., 2025)", color="#8c564b"),
     Variant("mhc", "streams", "streams", "h", mixer=ManifoldHyperConnection, options=ManifoldHyperConnectionOptions,
-            impls=STREAM_IMPLS, method="method §7.3 (DeepSeek, 2025)"),
+            impls=STREAM_IMPLS, method="method §7.3 (DeepSeek, 2025)", color="#e377c2"),
 ):
     register_variant(_variant)
 
@@ -194,7 +204,8 @@ def check_routing(residual: str, options: VariantOptions, num_layers: int, impl:
                   chunk_size: int | None = None, *, prefix: str = "", error: type[Exception] = InputError) -> None:
     """Raise `error` naming `prefix` + routing_impl / routing_chunk_size and the allowed values unless
     the variant computes with routing implementation `impl` and chunk size `chunk_size` (how routing
-    is computed, never what: both are run settings, not part of the model)."""
+    is computed, never what: both are run settings, not part of the model). The scheme, built on
+    the meta device, decides."""
     variant = VARIANTS[residual]
     check_choice(impl, f"{prefix}routing_impl", IMPLS, error=error)
     allowed = allowed_impls(residual, options)
@@ -203,8 +214,9 @@ def check_routing(residual: str, options: VariantOptions, num_layers: int, impl:
                f"the method's router only)" if impl in variant.impls else
                f"residual={residual!r} does not route with it")
         raise error(f"{prefix}routing_impl={impl!r}: {why}; allowed values: {list(allowed)}")
-    check_chunk_size(chunk_size, 2 * num_layers + (variant.mode == "replace"), variant.sources == "sublayers",
-                     name=f"{prefix}routing_chunk_size", error=error)
+    with torch.device("meta"):
+        scheme = build_residual(residual, options, num_layers=num_layers, hidden_size=8)
+    scheme.set_routing(impl, chunk_size, prefix=prefix, error=error)
 
 
 def source_policy(residual: str, options: VariantOptions, num_layers: int) -> SourcePolicy | StatePolicy | StreamPolicy | None:
@@ -254,8 +266,12 @@ def build_residual(residual: str = "standard", options: VariantOptions | dict | 
     options = resolve_options(residual, options, num_layers)
     variant = VARIANTS[residual]
     mixer_options = {**options.mixer_options(), **({"init_std": init_std} if variant.mixer.takes_init_std else {})}
-    scheme = ResidualScheme(2 * num_layers, variant.mode, source_policy(residual, options, num_layers), hidden_size,
-                            eps, mixer=variant.mixer, mixer_options=mixer_options,
-                            impls=allowed_impls(residual, options))
+    policy = source_policy(residual, options, num_layers)
+    impls = allowed_impls(residual, options)
+    if variant.mode in ("replace", "add"):
+        scheme = RoutedScheme(2 * num_layers, policy, hidden_size, eps, variant.mixer, mixer_options, impls,
+                              replace=variant.mode == "replace")
+    else:
+        scheme = SCHEMES[variant.mode](2 * num_layers, policy, hidden_size, eps, variant.mixer, mixer_options, impls)
     scheme.set_routing(routing_impl, chunk_size)
     return scheme
