@@ -18,7 +18,7 @@ import statistics
 import torch
 
 from attnres.common.machine import machine_info
-from attnres.bench.model_bench import nearest_num_blocks
+from attnres.residual import nearest_num_blocks
 from attnres.common.timing import Task, run_interleaved
 from attnres.model import ModelConfig
 from attnres.train.cost import VariantRunner
@@ -29,7 +29,7 @@ def cases(num_layers: int) -> dict[str, tuple[dict, int | None]]:
     variants: the valid block count nearest 8)."""
     chunkable = {f"{residual} C={label}": (dict(residual=residual), chunk)
                  for residual in ("full_attnres", "delta_attnres") for label, chunk in (("1", 1), ("auto", None))}
-    blocks = {name: (dict(residual=name, residual_options={"num_blocks": nearest_num_blocks(num_layers, 8)}), None)
+    blocks = {name: (dict(residual=name, residual_options={"num_blocks": nearest_num_blocks(2 * num_layers, 8)}), None)
               for name in ("block_attnres", "delta_block")}
     return {"standard": ({}, None), **chunkable, **blocks}
 

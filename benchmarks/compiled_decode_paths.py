@@ -24,7 +24,7 @@ from collections import defaultdict
 
 import torch
 
-from attnres.bench.model_bench import nearest_num_blocks
+from attnres.residual import nearest_num_blocks
 from attnres.common.machine import machine_info
 from attnres.model import AttnResLM, FastGenerator, ModelConfig
 from attnres.model.generation import Decoding
@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--cpp-wrapper", action="store_true", help="inductor's C++ wrapper (compiles 2-3x longer)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    blocks = nearest_num_blocks(args.layers, 8)
+    blocks = nearest_num_blocks(2 * args.layers, 8)
     cases = {"standard": ({}, "auto")}
     for impl in args.impls:
         cases[f"block_attnres {impl}"] = (dict(residual="block_attnres", residual_options={"num_blocks": blocks}), impl)

@@ -18,9 +18,8 @@ from collections import Counter
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from attnres.bench.model_bench import nearest_num_blocks
 from attnres.model import ModelConfig
-from attnres.residual import VARIANTS
+from attnres.residual import VARIANTS, nearest_num_blocks
 from attnres.train.cost import VariantRunner
 
 
@@ -40,7 +39,7 @@ def main() -> None:
                  max_seq_len=256)
     fields = dict(residual=args.variant)
     if VARIANTS[args.variant].uses_blocks:
-        fields["residual_options"] = {"num_blocks": nearest_num_blocks(args.layers, 8)}
+        fields["residual_options"] = {"num_blocks": nearest_num_blocks(2 * args.layers, 8)}
     batch = torch.randint(0, shape["vocab_size"], (1, tokens), generator=torch.Generator().manual_seed(0))
     runners = {name: VariantRunner(ModelConfig(**shape, **f), torch.device("cpu"), "fp32", batch, None, 0)
                for name, f in (("standard", {}), (args.variant, fields))}

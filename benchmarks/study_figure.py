@@ -40,7 +40,7 @@ def plot_num_blocks(variants: dict[str, dict], path: Path) -> None:
             _, xs, ys, _ = zip(*points)
             ax.plot(xs, ys, color=variant_style(residual)["color"], linewidth=1.5, label=residual)
             for n, x, y, error in points:
-                style = variant_style(residual, num_blocks=n)
+                style = variant_style(residual, size=n)
                 ax.errorbar([x], [y], yerr=[error], capsize=3, markersize=plots.MARKER_SIZE + 2, linestyle="none",
                             color=style["color"], marker=style["marker"], markerfacecolor=style["markerfacecolor"],
                             markeredgecolor=style["color"])

@@ -89,7 +89,7 @@ def _scaling(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan_text(preset, plan_sweep(preset, out, seeds=args.seeds)))
         return 0
-    shard = _parse_shard(args.shard, "scaling")
+    shard = _parse_shard(args.shard)
     results = run_sweep(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv), device=args.device,
                         shard=shard, launcher=args.launcher, replicates=args.replicates,
                         cost_repeats=args.cost_repeats)
@@ -100,7 +100,7 @@ def _scaling(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_shard(text: str | None, command: str = "compare") -> tuple[int, int]:
+def _parse_shard(text: str | None) -> tuple[int, int]:
     """'I/N' -> (I, N); None -> (0, 1)."""
     if text is None:
         return (0, 1)
@@ -109,7 +109,9 @@ def _parse_shard(text: str | None, command: str = "compare") -> tuple[int, int]:
     except ValueError:
         index, count = -1, 0
     if not 0 <= index < count:
-        raise SystemExit(f"attnres {command}: --shard must be I/N with 0 <= I < N, e.g. 0/2; got {text!r}")
+        from attnres.common.errors import InputError
+
+        raise InputError(f"--shard must be I/N with 0 <= I < N, e.g. 0/2; got {text!r}")
     return index, count
 
 
@@ -159,6 +161,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model_dir(args.model, args.device)
+    model.set_routing(args.routing_impl)
     text = args.prompt
     if args.chat:
         if not getattr(tokenizer, "chat_template", None):
@@ -354,6 +357,7 @@ def _lm_eval_parser(sub) -> None:
 
 def _generate_parser(sub) -> None:
     from attnres.common.precision import PRECISIONS
+    from attnres.routing import IMPLS
 
     generate = sub.add_parser("generate", help="generate text from a Hugging Face-format attnres model with the "
                                                "static KV cache and compiled decode step; prints the text, then "
@@ -387,6 +391,9 @@ def _generate_parser(sub) -> None:
                           help="with --sample: keep the most likely tokens up to this probability "
                                "(default: the model's, else 1.0)")
     generate.add_argument("--seed", type=int, default=None, help="with --sample: torch's random seed (default: none)")
+    generate.add_argument("--routing-impl", choices=list(IMPLS), default="auto",
+                          help="how routers compute, never what, one of %(choices)s; not part of the model "
+                               "(default: %(default)s)")
     generate.add_argument("--device", default="cpu", help=DEVICE_HELP)
     generate.set_defaults(handler=_generate)
 

@@ -8,10 +8,10 @@ import pytest
 import attnres.bench
 from attnres.bench.config import (MIN_REPEATS, OPTION_NAMES, QUICK_VALUES, SETTING_NAMES, BenchConfig,
                                   available_presets, compared_variants, resolve_config)
-from attnres.bench.model_bench import model_shape, nearest_num_blocks
+from attnres.bench.model_bench import model_shape
 from attnres.cli import build_parser, main
 from attnres.common.errors import InputError
-from attnres.residual import VARIANTS, Variant, register_variant, unregister_variant
+from attnres.residual import VARIANTS, Variant, nearest_num_blocks, register_variant, unregister_variant
 
 
 def test_cpu_preset_is_the_targets_shape():
@@ -92,9 +92,9 @@ def test_cli_refuses_cuda_when_absent(capsys, tmp_path):
 
 
 def test_block_count_and_heads():
-    assert nearest_num_blocks(24, 8) == 8
-    assert nearest_num_blocks(2, 8) == 4  # 4 sub-layers: 1, 2 or 4 blocks
-    assert nearest_num_blocks(6, 5) == 4  # 12 sub-layers: 5 is invalid; 4 and 6 tie, the smaller wins
+    assert nearest_num_blocks(2 * 24, 8) == 8
+    assert nearest_num_blocks(2 * 2, 8) == 4  # 4 sub-layers: 1, 2 or 4 blocks
+    assert nearest_num_blocks(2 * 6, 5) == 4  # 12 sub-layers: 5 is invalid; 4 and 6 tie, the smaller wins
     assert model_shape(256) == {"num_heads": 4, "num_kv_heads": 2, "intermediate_size": 768}
     assert model_shape(32) == {"num_heads": 1, "num_kv_heads": 1, "intermediate_size": 96}
 
@@ -261,3 +261,18 @@ def test_a_registered_variant_is_benchmarked_by_default(equal_weights_variant, r
         main(["bench", "--help"])
     assert "delta_block,denseformer,hyper_connections,mhc,bench_equal_weights)" in capsys.readouterr().out.replace(
         "\n", "").replace(" ", "")
+
+
+def test_residual_options_go_to_the_variants_that_have_them_at_each_depth():
+    config = resolve_config(quick=True, set_args=["options=[num_blocks=8, query=input_dependent]"])
+    assert config.option_values() == {"num_blocks": 8, "query": "input_dependent"}
+    assert config.variant_options("block_attnres", 24) == {"num_blocks": 8, "query": "input_dependent"}
+    assert config.variant_options("block_attnres", 2) == {"num_blocks": 4, "query": "input_dependent"}  # nearest valid
+    assert config.variant_options("mhc", 24) == {}
+    assert resolve_config(quick=True, options=["num_blocks=2"]).option_values() == {"num_blocks": 2}
+    with pytest.raises(InputError, match=r"--option: \['blocks'\] is no option of any variant; the variants' "
+                                         r"options: \[.*'num_blocks'"):
+        resolve_config(quick=True, options=["blocks=2"])
+    with pytest.raises(InputError, match=r"--option: block_attnres needs num_blocks; give it as --option "
+                                         r"num_blocks=VALUE"):
+        resolve_config(quick=True, set_args=["options=[]"], variants="block_attnres")

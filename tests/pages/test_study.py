@@ -47,5 +47,5 @@ def test_the_block_count_figure_draws_each_variant_in_its_style(tmp_path, captur
     points = {(to_hex(line.get_color()), line.get_marker()) for ax in captured_figures["num_blocks.png"].axes
               for line in ax.get_lines() if line.get_marker() not in (None, "None", "")}
     for n in (1, 4):
-        style = variant_style("block_attnres", num_blocks=n)
+        style = variant_style("block_attnres", size=n)
         assert (style["color"], style["marker"]) in points, (n, points)

@@ -28,7 +28,7 @@ def test_the_study_variants_all_look_different():
 def test_a_style_depends_on_the_variant_only():
     assert variant_style("delta_block", 4) == variant_style("delta_block", 4)
     assert variant_style("my_new_mixer") == variant_style("my_new_mixer")  # registered later: still stable
-    assert variant_style("delta_block", 4, exact_conversion="gate") != variant_style("delta_block", 4)
+    assert variant_style("delta_block", 4, tags=("gate",)) != variant_style("delta_block", 4)
     # two checkpoints of one variant keep its colour and marker but not its line style
     styles = series_styles({"a step 10": {"residual": "full_attnres"}, "a step 20": {"residual": "full_attnres"}})
     first, second = styles.values()

@@ -32,6 +32,13 @@ def compared_variants() -> tuple[str, ...]:
     return tuple(name for name in residual_variants if name != BASELINE)
 
 
+def suggested_options() -> tuple[str, ...]:
+    """"NAME=VALUE" of every required variant option that suggests a value: the default of `options`,
+    so every variant of the table can be built."""
+    values = {name: value for v in residual_variants.values() for name, value in v.options.suggestions().items()}
+    return tuple(f"{name}={value}" for name, value in values.items())
+
+
 def setting(default, help: str, flag: str | None = None, metavar: str | None = None):
     """A BenchConfig field whose command-line flag (default `--field-name`) and help live in its metadata.
     A callable `default` is a factory, called for each new config (and for the help's default)."""
@@ -51,7 +58,9 @@ class BenchConfig:
     Depth sweep: the same variants at each of `depths` layers, sweep_hidden wide, sweep_seq_len long
     (an empty tuple skips it). Router micro-benchmark: router_sources sources of shape
     (router_batch, seq_len, hidden_size). Timings are medians of `repeats` interleaved rounds after
-    `warmup` discarded rounds. Block variants use `num_blocks` or, where invalid, the nearest valid count.
+    `warmup` discarded rounds. `options` ("NAME=VALUE" each) are residual options given to every
+    variant that has them (`Variant.options`), adjusted to each depth where their valid values depend
+    on it (`VariantOptions.for_depth`: a block count moves to the nearest valid one).
     `compiled_decode`: also decode with the static KV cache and the torch.compile'd step
     (`attnres.model.generation`), compiled once per variant in an untimed setup.
     `threads`: torch's intra-op threads for the run (None: leave torch's setting).
@@ -66,7 +75,9 @@ class BenchConfig:
     seq_len: int = setting(256, "tokens per sequence and prompt length")
     batch_size: int = setting(1, "sequences per batch")
     vocab_size: int = setting(4096, "vocabulary of the random tokens")
-    num_blocks: int = setting(8, "blocks of block variants; the nearest valid count is used")
+    options: tuple[str, ...] = setting(suggested_options, "residual options NAME=VALUE, each given to the variants that have it "
+                                       "(a block count becomes the nearest valid one at each depth)",
+                                       flag="--option", metavar="NAME=VALUE")
     repeats: int = setting(5, f"measured rounds, at least {MIN_REPEATS}")
     warmup: int = setting(2, "discarded rounds first")
     depths: tuple[int, ...] = setting((12, 24, 48), "layer counts of the depth sweep, e.g. 12,24,48; 'none' skips it",
@@ -91,7 +102,9 @@ class BenchConfig:
         check_bool(self.compiled_decode, OPTION_NAMES["compiled_decode"], yaml=True)
         object.__setattr__(self, "variants", tuple(self.variants))
         object.__setattr__(self, "depths", tuple(self.depths))
-        for name in ("hidden_size", "num_layers", "seq_len", "batch_size", "vocab_size", "num_blocks",
+        object.__setattr__(self, "options", tuple(self.options))
+        self._check_options()
+        for name in ("hidden_size", "num_layers", "seq_len", "batch_size", "vocab_size",
                      "sweep_hidden", "sweep_seq_len", "decode_tokens", "router_sources", "router_batch"):
             check_int(getattr(self, name), OPTION_NAMES[name])
         check_int(self.warmup, OPTION_NAMES["warmup"], minimum=0)
@@ -118,6 +131,32 @@ class BenchConfig:
         if not (isinstance(self.device, str)
                 and (self.device in ("cpu", "cuda") or self.device.startswith("cuda:"))):
             raise InputError(f"--device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+
+    def option_values(self) -> dict:
+        """`options` as {name: value} (each value parsed as YAML)."""
+        return dict(parse_assignment(item, OPTION_NAMES["options"], "NAME=VALUE (e.g. num_blocks=8)")
+                    for item in self.options)
+
+    def variant_options(self, residual: str, num_layers: int) -> dict:
+        """The options of `residual` at `num_layers` layers: those of `options` it has, for its depth."""
+        kind = residual_variants[residual].options
+        given = {name: value for name, value in self.option_values().items() if name in kind.names()}
+        return kind.for_depth(given, num_layers)
+
+    def _check_options(self) -> None:
+        known = {name for v in residual_variants.values() for name in v.options.names()}
+        values = self.option_values()
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise InputError(f"{OPTION_NAMES['options']}: {unknown} is no option of any variant; the variants' "
+                             f"options: {sorted(known)}")
+        for residual in self.variants:
+            kind = residual_variants[residual].options if residual in residual_variants else None
+            missing = [f.name for f in (kind.option_fields() if kind else []) if f.name not in kind.defaults()
+                       and f.name not in values]
+            if missing:
+                raise InputError(f"{OPTION_NAMES['options']}: {residual} needs {missing[0]}; give it as "
+                                 f"{OPTION_NAMES['options']} {missing[0]}=VALUE ({kind.doc(missing[0])})")
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict of every field (tuples as lists)."""
@@ -244,13 +283,16 @@ def resolve_config(preset: str = DEFAULT_PRESET, quick: bool = False, set_args: 
         values["variants"] = parse_names(values["variants"])
     if "depths" in values:
         values["depths"] = parse_depths(values["depths"])
+    if "options" in values:
+        values["options"] = parse_names(values["options"], OPTION_NAMES["options"], "NAME=VALUE items like num_blocks=8")
     return BenchConfig(preset=preset, quick=quick, **values)
 
 
-def parse_names(value) -> tuple[str, ...]:
+def parse_names(value, flag: str = "--variants", what: str = "variant names like block_attnres,delta_block"
+                ) -> tuple[str, ...]:
     """'a,b' or ['a', 'b,c'] -> ('a', 'b', 'c'); blanks dropped."""
     if not isinstance(value, (str, list, tuple)):
-        raise InputError(f"--variants must be variant names like block_attnres,delta_block, got {value!r}")
+        raise InputError(f"{flag} must be {what}, got {value!r}")
     items = [value] if isinstance(value, str) else list(value)
     return tuple(name.strip() for item in items for name in str(item).split(",") if name.strip())
 

@@ -13,14 +13,8 @@ import torch
 
 from attnres.bench.config import BASELINE, BenchConfig
 from attnres.common.timing import Task, ratio, run_interleaved
-from attnres.model import ModelConfig, valid_num_blocks
-from attnres.residual import VARIANTS
+from attnres.model import ModelConfig
 from attnres.train.cost import VariantRunner, device_sync, memory_ratios, release_memory
-
-
-def nearest_num_blocks(num_layers: int, requested: int) -> int:
-    """The valid block count for 2 * num_layers sub-layers closest to `requested` (the smaller on ties)."""
-    return min(valid_num_blocks(2 * num_layers), key=lambda n: (abs(n - requested), n))
 
 
 def model_shape(hidden_size: int) -> dict:
@@ -32,11 +26,10 @@ def model_shape(hidden_size: int) -> dict:
 
 def build_model_config(config: BenchConfig, residual: str, hidden_size: int, num_layers: int,
                        max_seq_len: int) -> ModelConfig:
-    """The ModelConfig of one benchmarked model (block variants get the valid block count nearest
-    config.num_blocks)."""
-    blocks = {"num_blocks": nearest_num_blocks(num_layers, config.num_blocks)} if VARIANTS[residual].uses_blocks else {}
+    """The ModelConfig of one benchmarked model, with its options from config.options at this depth."""
     return ModelConfig(vocab_size=config.vocab_size, hidden_size=hidden_size, num_layers=num_layers,
-                       residual=residual, residual_options=blocks, max_seq_len=max_seq_len, **model_shape(hidden_size))
+                       residual=residual, residual_options=config.variant_options(residual, num_layers),
+                       max_seq_len=max_seq_len, **model_shape(hidden_size))
 
 
 def _inputs(config: BenchConfig, seq_len: int, decode_tokens: int, device: torch.device):
@@ -119,8 +112,9 @@ def run_depth_sweep(config: BenchConfig, log: Callable[[str], object] = print) -
     """Training step time and step memory of every variant vs standard at each of config.depths layers.
 
     Models are sweep_hidden wide on batches of batch_size x sweep_seq_len. Returns one entry per depth:
-    {"num_layers", "num_blocks", "variants": {name: {"train_step_s", "memory", "ratios": {train_step,
-    peak_memory, activation_memory, non_activation_memory}}}}.
+    {"num_layers", "variants": {name: {"name" (with the options it ran with, `ModelConfig.variant`),
+    "train_step_s", "memory", "ratios": {train_step, peak_memory, activation_memory,
+    non_activation_memory}}}}.
     """
     device = torch.device(config.device)
     names = (BASELINE, *config.variants)
@@ -136,17 +130,16 @@ def run_depth_sweep(config: BenchConfig, log: Callable[[str], object] = print) -
                                   config.warmup, sync=device_sync(device), log=log, label=label)
         rows = {}
         for name in names:
-            rows[name] = {"train_step_s": timings[name].to_dict(), "memory": runners[name].memory()}
+            rows[name] = {"name": runners[name].config.variant, "train_step_s": timings[name].to_dict(),
+                          "memory": runners[name].memory()}
         base = rows[BASELINE]
         for row in rows.values():
             row["ratios"] = {"train_step": ratio(row["train_step_s"]["median_s"], base["train_step_s"]["median_s"]),
                              **memory_ratios(row["memory"], base["memory"])}
-        sweep.append({"num_layers": depth, "num_blocks": nearest_num_blocks(depth, config.num_blocks),
-                      "variants": rows})
+        sweep.append({"num_layers": depth, "variants": rows})
         del runners
         release_memory(device)
     return sweep
 
 
-__all__ = ["VariantRunner", "build_model_config", "device_sync", "model_shape", "nearest_num_blocks",
-           "run_depth_sweep", "run_model_bench"]
+__all__ = ["VariantRunner", "build_model_config", "device_sync", "model_shape", "run_depth_sweep", "run_model_bench"]

@@ -132,13 +132,22 @@ def _sweep_section(sweep: list | None) -> list[str]:
     rows = []
     for entry in sweep:
         v = entry["variants"]
-        rows.append([str(entry["num_layers"]), str(entry["num_blocks"]), _ms(v[BASELINE]["train_step_s"]["median_s"])]
+        rows.append([str(entry["num_layers"]), _options_cell(entry), _ms(v[BASELINE]["train_step_s"]["median_s"])]
                     + [f"{_x(v[n]['ratios']['train_step'])} / {_x(v[n]['ratios']['peak_memory'])} / "
                        f"{_x(v[n]['ratios']['activation_memory'])}" for n in names])
     return (["## Depth sweep", "",
              "Each cell: training step / peak memory / activations, as multiples of standard at the same depth "
-             "(block variants use the 'blocks' column).", ""]
-            + _table(["layers", "blocks", "standard step (ms)", *names], rows) + [""])
+             "(with the options of the 'options' column).", ""]
+            + _table(["layers", "options", "standard step (ms)", *names], rows) + [""])
+
+
+def _options_cell(entry: dict) -> str:
+    """The options the variants ran with at this depth, e.g. "block_attnres (N=4), delta_block (N=4)"
+    ("-" without any; a file written before names were recorded gives its block count)."""
+    if "num_blocks" in entry:
+        return f"N={entry['num_blocks']}"
+    named = [row["name"] for row in entry["variants"].values() if " " in row.get("name", "")]
+    return ", ".join(named) or "-"
 
 
 def _router_section(router: dict | None) -> list[str]:

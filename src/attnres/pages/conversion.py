@@ -3,6 +3,7 @@ variant's logits move from the source's at step 0, and held-out perplexity befor
 
 from __future__ import annotations
 
+from attnres.model.config import variant_name
 from attnres.pages.seeds import table
 from attnres.pages.sources import provenance
 from attnres.report.document import fmt
@@ -12,8 +13,7 @@ CLOSE = 0.01  # a logit difference below this share of the largest logit, every 
 
 
 def _label(entry: dict) -> str:
-    name = entry["residual"] + (f" (N={entry['num_blocks']})" if entry.get("num_blocks") else "")
-    return name + (f" [{entry['exact_conversion']}]" if entry.get("exact_conversion") else "")
+    return variant_name(entry)
 
 
 def verdict(entry: dict) -> str:

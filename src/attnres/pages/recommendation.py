@@ -4,6 +4,7 @@ them by a stated rule."""
 
 from __future__ import annotations
 
+from attnres.model.config import entry_options
 from attnres.pages import ablation, costs, scaling
 from attnres.pages.conversion import CONVERSION, exact_conversion
 from attnres.pages.seeds import table
@@ -85,19 +86,28 @@ def _excludes_one(interval: dict | None) -> bool | None:
     return None if not interval or interval.get("low") is None else interval["low"] > 1
 
 
+def _option_settings(entry: dict | None) -> list[str]:
+    """A result entry's options that differ from their defaults, as YAML settings: ["`num_blocks: 8`"]."""
+    options = entry_options(entry) if entry else None
+    if options is None:
+        return []
+    defaults = options.defaults()
+    return [f"`{name}: {value}`" for name, value in options.to_dict().items()
+            if value is not None and (name not in defaults or value != defaults[name])]
+
+
 def recommendation_text(ctx) -> str:
     """The recommendation, drawn from the table's figures by the rule it states, and the evidence's scale."""
     rows = variant_rows(ctx)
     better = [r for r in rows if r["loss"] and r["loss"]["excludes_zero"] and r["loss"]["mean"] < 0]
     cheap = [r for r in better if all((r[p].get("train_step") or float("inf")) <= CHEAP for p in ("fp32", "bf16"))]
     ablation_results, scaling_results = ctx.results.json(ablation.ABLATION), ctx.results.json(scaling.SCALING)
-    blocks = {v["name"]: v.get("num_blocks") for v in ablation_results["variants"]}
+    entries = {v["name"]: v for v in ablation_results["variants"]}
     label = lambda r: LABELS.get(r["residual"], r["residual"])  # noqa: E731
     lines = []
     if cheap:
         best, advantage = cheap[0], cheap[0]["advantage"]
-        setting = f"`residual: {best['residual']}`" + (f", `num_blocks: {blocks[best['name']]}`"
-                                                      if blocks.get(best["name"]) else "")
+        setting = ", ".join([f"`residual: {best['residual']}`", *_option_settings(entries.get(best["name"]))])
         if advantage is None:
             sure = "it was not in the scaling sweep"
         else:

@@ -1,17 +1,18 @@
 """One look per variant: the colour, marker and line style a variant has in every figure of every report.
 
-`variant_style` is a pure function of the variant (residual, num_blocks, exact_conversion,
+`variant_style` is a pure function of the variant (its residual, its options' labels and its
 query_init), never of which other variants a figure happens to draw, so orange is Block AttnRes in
 the comparison report, in `attnres analyze` and in the study's figures alike. The colour comes from
-the residual; block counts shade it (fewer blocks lighter, more darker) and change the marker;
-`exact_conversion` and `query_init: normal` change the line style (and hollow the marker), so the
-13 variants of the study preset stay apart; each router ablation (method §7) has its own line style
-and marker.
+the variant's row; a size among its option labels ("(N=4)") shades it (smaller lighter, larger
+darker) and changes the marker; a tag ("[gate]") and `query_init: normal` change the line style
+(and hollow the marker), so the 13 variants of the study preset stay apart; each router ablation
+(method §7) has its own line style and marker.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import zlib
 
 from matplotlib.colors import to_hex, to_rgb
@@ -24,13 +25,17 @@ from attnres.residual import VARIANTS
 SPARE_COLORS = ("#bcbd22", "#17becf", "#aec7e8", "#98df8a")
 BLOCK_MARKERS = {None: "o", 1: "v", 2: "^", 4: "s", 8: "D", 16: "P", 32: "X"}
 SPARE_MARKERS = ("<", ">", "h", "p", "*", "8", "d")
+# A variant's look comes from its options' labels (`VariantOptions.labels`): a size, "(N=4)", shades
+# the colour and picks the marker; a tag, "[gate]", changes the line style and hollows the marker,
+# with a look of its own for these ones (Delta Block's conversions, the router ablations).
+SIZE_LABEL = re.compile(r"\(\w+=(\d+)\)")
 LINESTYLES = {None: "-", "gate": "-.", "partial": ":"}
 NORMAL_QUERY_LINESTYLE = "--"
-# Router ablations (their option labels, `VariantOptions.labels`): (line style, marker); the first set wins.
+# Tags with their own (line style, marker), keeping the marker solid; the first one wins.
 ABLATION_LOOKS = {"input query": ((0, (3, 1, 1, 1, 1, 1)), "*"), "sigmoid": ((0, (1, 1)), "d"),
                   "no key norm": ((0, (5, 2)), "p")}
-SHADE_PER_DOUBLING = 0.15  # how much lighter each halving of num_blocks below 8 makes the colour
-BASE_BLOCKS = 8  # the block count drawn in the residual's own colour (the papers' usual N)
+SHADE_PER_DOUBLING = 0.15  # how much lighter each halving of the size below 8 makes the colour
+BASE_SIZE = 8  # the size drawn in the residual's own colour (the papers' usual block count)
 
 
 def _stable_pick(options: tuple, key: str):
@@ -44,26 +49,30 @@ def _shade(color: str, amount: float) -> str:
     return to_hex(tuple(c + (target - c) * abs(amount) for c in rgb))
 
 
-def variant_style(residual: str, num_blocks: int | None = None, exact_conversion: str | None = None,
-                  query_init: str | None = None, router_ablations: tuple[str, ...] = ()) -> dict:
+def variant_style(residual: str, size: int | None = None, tags: tuple[str, ...] = (),
+                  query_init: str | None = None) -> dict:
     """Matplotlib keyword arguments of one variant's lines and points: {"color", "marker", "linestyle",
-    "markerfacecolor"} (bars use "color"). The same variant gets the same style in every figure."""
+    "markerfacecolor"} (bars use "color"), from its residual, the size and tags of its option labels
+    (`style_of`) and its query initialisation. The same variant gets the same style in every figure."""
     row = VARIANTS.get(residual)
     color = (row.color if row is not None else None) or _stable_pick(SPARE_COLORS, residual)
-    if num_blocks:
-        # log2: 8 blocks keep the colour, each halving lightens it, each doubling darkens it
-        amount = SHADE_PER_DOUBLING * (math.log2(BASE_BLOCKS) - math.log2(num_blocks))
+    if size:
+        # log2: 8 keeps the colour, each halving lightens it, each doubling darkens it
+        amount = SHADE_PER_DOUBLING * (math.log2(BASE_SIZE) - math.log2(size))
         color = _shade(color, max(-0.45, min(0.5, amount)))
-    marker = BLOCK_MARKERS.get(num_blocks) or _stable_pick(SPARE_MARKERS, str(num_blocks))
-    linestyle = LINESTYLES.get(exact_conversion) or _stable_pick(("-.", ":"), str(exact_conversion))
+    marker = BLOCK_MARKERS.get(size) or _stable_pick(SPARE_MARKERS, str(size))
+    line_tags = [tag for tag in tags if tag not in ABLATION_LOOKS]
+    line_tag = line_tags[0] if line_tags else None
+    linestyle = LINESTYLES.get(line_tag) or _stable_pick(("-.", ":"), str(line_tag))
     normal_queries = query_init == "normal"
     if normal_queries:
         linestyle = NORMAL_QUERY_LINESTYLE
-    for label in router_ablations:
-        linestyle, marker = ABLATION_LOOKS.get(label, (linestyle, marker))
-        break
+    for tag in tags:
+        if tag in ABLATION_LOOKS:
+            linestyle, marker = ABLATION_LOOKS[tag]
+            break
     return {"color": color, "marker": marker, "linestyle": linestyle,
-            "markerfacecolor": "white" if normal_queries or exact_conversion else color}
+            "markerfacecolor": "white" if normal_queries or line_tag else color}
 
 
 def style_of(fields: dict) -> dict:
@@ -71,9 +80,10 @@ def style_of(fields: dict) -> dict:
     entry, an `attnres analyze` checkpoint entry): residual, its options (flat or under
     residual_options, `entry_options`) and optionally query_init."""
     options = entry_options(fields)
-    labels = tuple(label.strip("[]") for label in (options.labels() if options else []) if label.startswith("["))
-    return variant_style(fields["residual"], getattr(options, "num_blocks", None),
-                         getattr(options, "exact_conversion", None), fields.get("query_init"), labels)
+    labels = options.labels() if options else []
+    sizes = [int(match.group(1)) for label in labels if (match := SIZE_LABEL.fullmatch(label))]
+    tags = tuple(label.strip("[]") for label in labels if label.startswith("["))
+    return variant_style(fields["residual"], sizes[0] if sizes else None, tags, fields.get("query_init"))
 
 
 REPEAT_LINESTYLES = ("--", ":", "-.", (0, (5, 1, 1, 1)))

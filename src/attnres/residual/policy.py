@@ -15,6 +15,11 @@ def valid_num_blocks(num_sublayers: int) -> list[int]:
     return [n for n in range(1, num_sublayers + 1) if math.ceil(num_sublayers / math.ceil(num_sublayers / n)) == n]
 
 
+def nearest_num_blocks(num_sublayers: int, requested: int) -> int:
+    """The valid block count (`valid_num_blocks`) nearest `requested`; on a tie the smaller."""
+    return min(valid_num_blocks(num_sublayers), key=lambda n: (abs(n - requested), n))
+
+
 @dataclass(frozen=True)
 class SourcePolicy:
     """Sources = the embedding, each completed block's summary, and optionally the current partial.

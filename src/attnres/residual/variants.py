@@ -15,7 +15,7 @@ import torch
 from attnres.common.checks import check_choice
 from attnres.common.errors import InputError
 from attnres.residual.averaging import AveragingScheme
-from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, valid_num_blocks
+from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, nearest_num_blocks, valid_num_blocks
 from attnres.residual.routed import RoutedScheme
 from attnres.residual.scheme import MODES, ResidualScheme, StandardScheme
 from attnres.residual.streams import StreamScheme
@@ -42,7 +42,13 @@ class BlockCount(VariantOptions):
 
     num_blocks: int = option(REQUIRED, "N: blocks of ceil(2L / N) sub-layers (a layer has two); "
                              "`attnres.valid_num_blocks(2 * num_layers)` lists the allowed values", kind=int,
-                             label="(N={value})")
+                             label="(N={value})", suggested=8)  # the papers' usual N
+
+    @classmethod
+    def for_depth(cls, values: dict, num_layers: int) -> dict:
+        if isinstance(values.get("num_blocks"), int):
+            return {**values, "num_blocks": nearest_num_blocks(2 * num_layers, values["num_blocks"])}
+        return values
 
     @classmethod
     def allowed(cls, name: str, num_layers: int) -> str | None:

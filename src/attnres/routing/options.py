@@ -26,7 +26,7 @@ REQUIRED = dataclasses.MISSING  # `option(REQUIRED, ...)`: no default; the confi
 
 def option(default: Any, doc: str, *, choices: tuple | None = None, minimum: int | None = None,
            kind: type | None = None, nullable: bool = False, label: str | None = None,
-           mixer: str | None = None) -> Any:
+           mixer: str | None = None, suggested: Any = None) -> Any:
     """A field of a `VariantOptions` dataclass.
 
     default: the value when none is given (`REQUIRED`: none; the config must set it).
@@ -34,14 +34,15 @@ def option(default: Any, doc: str, *, choices: tuple | None = None, minimum: int
     smallest allowed integer. kind: bool, int or str (from `default` when omitted). nullable: None
     is allowed (and means "off"). label: how a report names a non-default value, a format string of
     `value` (default "[name=value]"); "" leaves it out of names. mixer: the keyword of the depth
-    mixer's constructor this option is passed to (None: it is not a mixer argument).
+    mixer's constructor this option is passed to (None: it is not a mixer argument). suggested: for
+    a required option, the value a tool that must pick one uses (a benchmark's default).
     """
     kind = kind or (None if default is REQUIRED or default is None else type(default))
     if kind not in (bool, int, str):
         raise TypeError(f"option kind must be bool, int or str (give kind= for a required or None default), "
                         f"got {kind!r}")
     metadata = {"doc": doc, "choices": choices, "minimum": minimum, "kind": kind, "nullable": nullable,
-                "label": label, "mixer": mixer}
+                "label": label, "mixer": mixer, "suggested": suggested}
     if default is REQUIRED:
         return dataclasses.field(metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -130,6 +131,11 @@ class VariantOptions:
         return cls(**given)
 
     @classmethod
+    def suggestions(cls) -> dict:
+        """{name: value} of the required options that suggest a value (`option(..., suggested=)`)."""
+        return {f.name: f.metadata["suggested"] for f in dataclasses.fields(cls) if f.metadata["suggested"] is not None}
+
+    @classmethod
     def doc(cls, name: str) -> str:
         """The documentation line of option `name`."""
         return next(f.metadata["doc"] for f in dataclasses.fields(cls) if f.name == name)
@@ -149,6 +155,13 @@ class VariantOptions:
     def gated(self) -> bool:
         """Whether every mixer has a zero-initialised scalar gate."""
         return False
+
+    @classmethod
+    def for_depth(cls, values: dict, num_layers: int) -> dict:
+        """`values` ({name: value}) adjusted to a num_layers-layer model where an option's valid values
+        depend on the depth (a block count moves to the nearest valid one); a benchmark that sweeps
+        depths uses it."""
+        return values
 
     def check_model(self, num_layers: int, prefix: str, error: type[Exception] = InputError) -> None:
         """Raise `error` (naming `prefix` + the option) unless the options fit a num_layers-layer model."""

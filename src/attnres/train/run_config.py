@@ -36,7 +36,7 @@ class RunConfig:
 
     init_from: a Hugging Face-format directory (config.json + safetensors: `attnres convert` output
     or a training checkpoint) whose weights start the run; its config supplies every model field
-    the `model` section does not set (typically only residual, num_blocks, exact_conversion).
+    the `model` section does not set (typically only residual and its options).
     """
 
     model: dict
