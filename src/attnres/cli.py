@@ -180,10 +180,14 @@ def _generate(args: argparse.Namespace) -> int:
         options = {"do_sample": True, **{key: value for key, value in (
             ("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p)) if value is not None}}
     result = model.generate_fast(ids, max_new_tokens=args.max_new_tokens, precision=args.precision,
-                                 disable_compile=not args.compile, **options)
+                                 compile="auto" if args.compile is None else args.compile, **options)
     print(tokenizer.decode(result.sequences[0, ids.shape[1]:], skip_special_tokens=True))
-    compiled = (f"{result.compile_s:.1f} s (the first decode step: torch.compile, mode {result.compile_mode!r})"
-                if args.compile else "none (--no-compile: the same fixed-shape step runs eagerly)")
+    if args.compile is False:
+        compiled = "none (--no-compile: the same fixed-shape step runs eagerly)"
+    elif result.compile_mode is None:
+        compiled = f"none ({result.compile_choice}; --compile forces it)"
+    else:
+        compiled = f"{result.compile_s:.1f} s (the first decode step: torch.compile, mode {result.compile_mode!r})"
     print(f"prompt: {result.prompt_tokens} tokens, prefill {result.prefill_s:.3f} s "
           f"({result.prefill_tokens_per_s:.1f} tokens/s)\n"
           f"compile: {compiled}\n"
@@ -372,9 +376,11 @@ def _generate_parser(sub) -> None:
                           help="most tokens to generate; fewer when the model's end token comes (default: %(default)s)")
     generate.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
                           help="fp32, or bf16 under autocast (default: %(default)s)")
-    generate.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
-                          help="compile the decode step with torch.compile (the first step then takes about a "
-                               "minute or more on a CPU); --no-compile runs the same step eagerly (default: compile)")
+    generate.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                          help="compile the decode step with torch.compile (a first compile takes minutes on a few "
+                               "CPU cores; later runs find it in inductor's cache); --no-compile runs the same step "
+                               "eagerly (default: compile only where the compile time is repaid by this request, "
+                               "as measured on this machine; a line says when it starts)")
     generate.add_argument("--threads", type=int, default=None,
                           help="torch intra-op threads (default: torch's setting, one per core)")
     generate.add_argument("--chat", action="store_true",

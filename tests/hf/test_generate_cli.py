@@ -69,10 +69,22 @@ def test_generate_prints_the_greedy_text_and_the_figures(converted, capsys):
 def test_generate_compiles_the_step_and_prints_the_same_text(converted, capsys):
     torch._dynamo.reset()
     expected = plain_greedy_text(converted, 10)
-    assert main(["generate", str(converted), "--prompt", PROMPT, "--max-new-tokens", "10"]) == 0
+    assert main(["generate", str(converted), "--prompt", PROMPT, "--max-new-tokens", "10", "--compile"]) == 0
     out, err = capsys.readouterr()
     assert out == expected + "\n"
     assert "the first decode step: torch.compile, mode 'default+cpp_wrapper'" in err and "decode: 8 tokens in" in err
+
+
+def test_generate_does_not_compile_where_it_would_not_pay(converted, capsys, tmp_path, monkeypatch):
+    """Without --compile or --no-compile, a short request decodes eagerly and says why (no compile
+    measured here yet: the prior of several seconds per sub-layer is far above what 10 tokens save)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    expected = plain_greedy_text(converted, 10)
+    assert main(["generate", str(converted), "--prompt", PROMPT, "--max-new-tokens", "10", "--threads", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out == expected + "\n"
+    assert "compile: none (eager: compiling would take about" in err and "(a first estimate)" in err
+    assert "--compile forces it)" in err and "compiling the decode step" not in err
 
 
 def test_generate_refuses_what_it_cannot_load_or_use(converted, tmp_path, capsys):

@@ -36,14 +36,17 @@ def static_cache_requested(model, generation_config: GenerationConfig | None, kw
 
 
 def generate_fast(model, inputs=None, generation_config: GenerationConfig | None = None, *,
-                  precision: str = "fp32", stop_check_every: int | None = None, **kwargs) -> GenerationResult:
+                  precision: str = "fp32", stop_check_every: int | None = None, compile: bool | str | None = None,
+                  **kwargs) -> GenerationResult:
     """Greedy or sampled generation of an AttnResForCausalLM through `attnres.model.generation`.
 
     inputs / input_ids (B, T), attention_mask (B, T) (left padding) and every generation option
     as transformers' `generate` takes them. Compilation follows transformers' switches:
     `disable_compile=True` runs the same fixed-shape step eagerly; `compile_config` (a
-    transformers CompileConfig) picks the backend and mode; otherwise the device's default mode
-    (attnres.model.generation.DEFAULT_MODES), on CPU too. precision: "fp32" or "bf16" (autocast).
+    transformers CompileConfig) compiles with its backend and mode; otherwise the step is compiled
+    only where that pays for the request ("auto", `attnres.model.compile_choice`), in the device's
+    default mode (attnres.model.generation.DEFAULT_MODES). `compile` (True, False or "auto")
+    overrides those switches. precision: "fp32" or "bf16" (autocast).
     Returns the GenerationResult (sequences (B, T + new) as `generate` returns them, and timings).
     """
     config, model_kwargs = model._prepare_generation_config(generation_config, **kwargs)
@@ -71,19 +74,21 @@ def generate_fast(model, inputs=None, generation_config: GenerationConfig | None
                             top_p=config.top_p if config.top_p is not None and config.top_p < 1.0 else None)
     eos = config._eos_token_tensor
     pad = config._pad_token_tensor
-    return fast_generator(model, config).generate(
+    return fast_generator(model, config, compile).generate(
         input_ids, max_new, attention_mask=attention_mask, sampling=sampling,
         eos_token_id=None if eos is None else eos.flatten().tolist(),
         pad_token_id=None if pad is None else int(pad), min_new_tokens=min_new, precision=precision,
         stop_check_every=stop_check_every)
 
 
-def fast_generator(model, config: GenerationConfig) -> FastGenerator:
-    """The model's FastGenerator for the config's compile settings, made once per setting and kept."""
-    compile = not config.disable_compile
+def fast_generator(model, config: GenerationConfig, compile: bool | str | None = None) -> FastGenerator:
+    """The model's FastGenerator for the config's compile settings (or `compile`), made once per
+    setting and kept."""
     compile_config = config.compile_config
+    if compile is None:
+        compile = False if config.disable_compile else True if compile_config is not None else "auto"
     mode = backend = None
-    if compile and compile_config is not None:
+    if compile is True and compile_config is not None:
         mode, backend = compile_config.mode, compile_config.backend
     key = (compile, mode, backend)
     generators = model.__dict__.setdefault("_attnres_fast_generators", {})

@@ -114,16 +114,18 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
 
     def generate_fast(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None,
                       *, precision: str = "fp32", stop_check_every: int | None = None,
-                      **kwargs) -> GenerationResult:
+                      compile: bool | str | None = None, **kwargs) -> GenerationResult:
         """Generation with a static KV cache and one compiled decode step (docs/explanation/fast-paths.md).
 
         inputs (B, T) token ids, attention_mask (B, T) left-padded, and the generation options of
         `generate` (max_new_tokens, do_sample, temperature, top_k, top_p, min_new_tokens, eos/pad
-        ids; disable_compile=True for the eager step, compile_config for the backend and mode);
-        options it cannot honour are refused by name. precision: "fp32" or "bf16" (autocast).
+        ids; disable_compile=True for the eager step, compile_config to compile with its backend and
+        mode; otherwise the step is compiled only where that pays, `attnres.model.compile_choice`);
+        `compile` (True, False or "auto") overrides those; options it cannot honour are refused by
+        name. precision: "fp32" or "bf16" (autocast).
         Returns a GenerationResult: `sequences` (B, T + new) long as `generate` returns them, and
         the prefill, compile and decode times and tokens/s.
         """
         kwargs.pop("cache_implementation", None)
         return generate_fast(self, inputs, generation_config, precision=precision,
-                             stop_check_every=stop_check_every, **kwargs)
+                             stop_check_every=stop_check_every, compile=compile, **kwargs)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 import types
 from collections.abc import Callable
@@ -38,8 +39,9 @@ import torch
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, is_number
 from attnres.common.errors import InputError
 from attnres.common.precision import PRECISIONS, autocast
-from attnres.common.toolchain import require_inductor_compiler
+from attnres.common.toolchain import inductor_compiler, require_inductor_compiler
 from attnres.model.cache import StaticKVCache
+from attnres.model.compile_choice import PROBE_STEPS, CompileTimes, compile_pays, saved_seconds, shape_key
 from attnres.model.decoder import AttnResLM
 
 # torch.compile mode of the decode step per device type (docs/explanation/fast-paths.md). CUDA: CUDA graphs
@@ -87,7 +89,7 @@ class GenerationResult:
     Timings in seconds: prefill (the prompt's forward and the first token), compile (the first step
     of a shape not seen before, which traces and compiles; 0.0 otherwise) and decode (every other
     step, `decode_steps` of them, each one token per row). compile_mode: the torch.compile mode of
-    the step, None when it ran eagerly.
+    the step, None when it ran eagerly. compile_choice: with compile="auto", what was decided and why.
     """
 
     sequences: torch.Tensor
@@ -98,6 +100,7 @@ class GenerationResult:
     decode_s: float
     decode_steps: int
     compile_mode: str | None = None
+    compile_choice: str | None = None
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -180,7 +183,10 @@ class FastGenerator:
     """Generation for an AttnResLM with a static KV cache and a compiled decode step (see the module doc).
 
     compile: True compiles `decode_step` with torch.compile(fullgraph=True, dynamic=False), once per
-    shape (batch, cache capacity) and settings; False runs the same fixed-shape step eagerly.
+    shape (batch, cache capacity) and settings; False runs the same fixed-shape step eagerly; "auto"
+    runs it eagerly and compiles only where that pays for the request (`attnres.model.compile_choice`:
+    a few eager steps are timed first, the compile time is the one measured on this machine, kept
+    in `times`, else a prior), printing one line through `log` before a compile starts.
     mode: a torch.compile mode (one of `MODES`) or None for the device's default (`DEFAULT_MODES`;
     on CPU with inductor, also `CPU_OPTIONS`). options: inductor options (torch.compile's
     `options`, e.g. {"cpp_wrapper": False}) instead of a mode; None: the device's default.
@@ -192,11 +198,14 @@ class FastGenerator:
     shape; `forget()` drops them.
     """
 
-    def __init__(self, model: AttnResLM, compile: bool = True, mode: str | None = None,
-                 backend: str | Callable = "inductor", options: dict | None = None) -> None:
+    def __init__(self, model: AttnResLM, compile: bool | str = True, mode: str | None = None,
+                 backend: str | Callable = "inductor", options: dict | None = None, times: CompileTimes | None = None,
+                 log: Callable[[str], object] | None = None) -> None:
         if not isinstance(model, AttnResLM):
             raise InputError(f"FastGenerator needs an attnres AttnResLM, got {type(model).__name__}")
-        check_bool(compile, "FastGenerator compile")
+        if compile != "auto":
+            check_bool(compile, "FastGenerator compile (True, False or 'auto')")
+        self.times, self.log = times, log or _to_stderr
         check_choice(mode, "FastGenerator mode", MODES, allow_none=True)
         if options is not None and (mode is not None or not isinstance(options, dict)):
             raise InputError(f"FastGenerator options must be a dict of inductor options, and mode None (torch.compile "
@@ -223,9 +232,9 @@ class FastGenerator:
             return CPU_OPTIONS
         return {}
 
-    def step_function(self, device: torch.device):
-        """`decode_step`, compiled (once per generator) when `compile` is set."""
-        if not self.compile:
+    def step_function(self, device: torch.device, compiled: bool | None = None):
+        """`decode_step`, compiled (once per generator) when `compile` is True (or `compiled`)."""
+        if not (self.compile is True if compiled is None else compiled):
             return decode_step
         if self._step is None:
             mode = self.mode or DEFAULT_MODES.get(device.type, "default")
@@ -243,7 +252,7 @@ class FastGenerator:
         model = self.model
         device = model.embed_tokens.weight.device
         _check_inputs(model, input_ids, attention_mask, max_new_tokens, min_new_tokens, precision, device)
-        if self.compile and self.backend == "inductor" and device.type == "cpu":
+        if self.compile is True and self.backend == "inductor" and device.type == "cpu":
             require_inductor_compiler("the decode step", "decode without compiling (FastGenerator(compile=False), "
                                       "generate(..., disable_compile=True), attnres generate --no-compile)")
         if not isinstance(sampling, Sampling):
@@ -267,10 +276,16 @@ class FastGenerator:
         _sync(device)
         prefill_s = time.perf_counter() - begin
         compile_key = (key, sampling, eos is None, self.compile and self.resolved_mode(device), self.backend)
-        compiles = self.compile and compile_key not in self._compiled_keys
-        self._compiled_keys.add(compile_key)
         arguments = (model, state.cache, state.sequence, state.key_valid, state.column, state.rope_position,
                      state.finished, eos, pad, state.eos_from, sampling, precision)
+        if self.compile == "auto":
+            auto = _AutoCompile(self, compile_key, device, shape_key(model.config.to_dict(), batch=batch,
+                                capacity=capacity, precision=precision, ambient=ambient, sampling=sampling.do_sample,
+                                eos=eos is None, mode=self.resolved_mode(device), backend=self.backend))
+            return Decoding(decode_step, arguments, state, prompt, max_new_tokens, eos, prefill_s, False, device,
+                            None, auto)
+        compiles = self.compile and compile_key not in self._compiled_keys
+        self._compiled_keys.add(compile_key)
         return Decoding(self.step_function(device), arguments, state, prompt, max_new_tokens, eos, prefill_s,
                         compiles, device, self.resolved_mode(device) if self.compile else None)
 
@@ -326,11 +341,13 @@ class Decoding:
 
     def __init__(self, step, arguments: tuple, state: "_State", prompt: int, max_new_tokens: int,
                  eos: torch.Tensor | None, prefill_s: float, compiles: bool, device: torch.device,
-                 compile_mode: str | None) -> None:
+                 compile_mode: str | None, auto: "_AutoCompile | None" = None) -> None:
         self._step, self._arguments, self.state = step, arguments, state
         self.prompt, self.max_new_tokens, self.eos = prompt, max_new_tokens, eos
         self.prefill_s, self.compiles, self.device, self.compile_mode = prefill_s, compiles, device, compile_mode
         self.steps_run = 1
+        self.auto, self.compile_choice = auto, None
+        self._compiled_from = 1 if compile_mode else None  # the step whose call evaluates every guard
 
     def step(self) -> None:
         """One decode step (no host synchronisation); InputError past max_new_tokens (the cache is full)."""
@@ -347,7 +364,7 @@ class Decoding:
         objects, changed only in place by the step itself, and the guards of every parameter cost
         about 5 % of a token on CPU at 24 x 256 (docs/explanation/fast-paths.md). A model changed in the middle
         of a generation (its dtype, device or parameters replaced) needs a new `start`."""
-        if self.compile_mode is None or self.steps_run == 1:
+        if self.compile_mode is None or self.steps_run <= self._compiled_from:
             return contextlib.nullcontext()
         return torch.compiler.set_stance(skip_guard_eval_unsafe=True)
 
@@ -361,6 +378,7 @@ class Decoding:
         stop_check_every: steps between `all_finished` checks (default: 1 on CPU, 16 elsewhere)."""
         check_int(stop_check_every, "stop_check_every", allow_none=True)
         every = stop_check_every or (1 if self.device.type == "cpu" else 16)
+        eager_step_s = self._choose() if self.auto is not None else None
         compile_s = 0.0
         if self.compiles and self.steps_run < self.max_new_tokens and not self.all_finished():
             begin = time.perf_counter()
@@ -379,9 +397,49 @@ class Decoding:
         new = self.steps_run
         if self.eos is not None:
             new = _stopped_length(self.state.sequence[:, self.prompt:self.prompt + new], self.eos, new)
+        if self.auto is not None and compile_s > 0 and eager_step_s:
+            compiled_step_s = decode_s / timed if timed else None
+            self.auto.times_store().record(self.auto.key, compile_s,
+                                           eager_step_s / compiled_step_s if compiled_step_s else None)
         return GenerationResult(sequences=self.state.sequence[:, :self.prompt + new].clone(), prompt_tokens=self.prompt,
                                 new_tokens=new, prefill_s=self.prefill_s, compile_s=compile_s, decode_s=decode_s,
-                                decode_steps=timed, compile_mode=self.compile_mode)
+                                decode_steps=timed, compile_mode=self.compile_mode, compile_choice=self.compile_choice)
+
+    def _choose(self) -> float | None:
+        """compile="auto": time up to PROBE_STEPS eager steps, then compile the rest only where the rule
+        (`compile_pays`) says it pays; returns the eager step's seconds (None when none ran)."""
+        times = []
+        while len(times) < PROBE_STEPS and self.steps_run < self.max_new_tokens and not self.all_finished():
+            _sync(self.device)
+            begin = time.perf_counter()
+            self.step()
+            _sync(self.device)
+            times.append(time.perf_counter() - begin)
+        left = self.max_new_tokens - self.steps_run
+        if not times or left == 0 or self.all_finished():
+            self.compile_choice = "eager: nothing left to decode after the first steps"
+            return min(times) if times else None
+        eager_step_s, auto = min(times), self.auto
+        if not auto.can_compile():
+            self.compile_choice = "eager: inductor has no C++ compiler here"
+            return eager_step_s
+        estimate = auto.times_store().estimate(auto.key, auto.generator.model.config.num_sublayers)
+        where = "measured on this machine" if estimate.measured else "a first estimate"
+        saves = saved_seconds(estimate, eager_step_s, left)
+        if not compile_pays(estimate, eager_step_s, left):
+            self.compile_choice = (f"eager: compiling would take about {estimate.compile_s:.0f} s ({where}) and save "
+                                   f"about {saves:.1f} s over {left} steps")
+            return eager_step_s
+        auto.generator.log(f"compiling the decode step: about {estimate.compile_s:.0f} s ({where}) to save about "
+                           f"{saves:.0f} s over {left} steps; the compiled code is cached for later runs "
+                           f"(--no-compile or compile=False skips it)")
+        self._step = auto.generator.step_function(self.device, compiled=True)
+        self.compile_mode = auto.generator.resolved_mode(self.device)
+        self.compiles = auto.compile_key not in auto.generator._compiled_keys
+        auto.generator._compiled_keys.add(auto.compile_key)
+        self._compiled_from = self.steps_run  # this step's call evaluates every guard
+        self.compile_choice = f"compiled: about {estimate.compile_s:.0f} s ({where}) against about {saves:.0f} s saved"
+        return eager_step_s
 
 
 @dataclass
@@ -410,6 +468,29 @@ class _State:
             self.rope_position.copy_(attention_mask.long().sum(dim=1))
         self.finished.zero_()
         self.eos_from.fill_(prompt + min_new_tokens)
+
+
+@dataclass
+class _AutoCompile:
+    """What a compile="auto" decoding needs to decide: its generator, the compiled step's key and the
+    shape key of its measured compile times."""
+
+    generator: FastGenerator
+    compile_key: tuple
+    device: torch.device
+    key: str
+
+    def can_compile(self) -> bool:
+        return not (self.generator.backend == "inductor" and self.device.type == "cpu" and inductor_compiler() is None)
+
+    def times_store(self) -> CompileTimes:
+        if self.generator.times is None:
+            self.generator.times = CompileTimes()
+        return self.generator.times
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _own_copy(function):
