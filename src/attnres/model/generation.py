@@ -278,16 +278,19 @@ class FastGenerator:
         compile_key = (key, sampling, eos is None, self.compile and self.resolved_mode(device), self.backend)
         arguments = (model, state.cache, state.sequence, state.key_valid, state.column, state.rope_position,
                      state.finished, eos, pad, state.eos_from, sampling, precision)
+        # Where a compile is measured for later decisions: "auto", and a forced inductor compile.
+        measured = None
+        if self.compile == "auto" or (self.compile is True and self.backend == "inductor"):
+            measured = _AutoCompile(self, compile_key, device, shape_key(
+                model.config.to_dict(), batch=batch, capacity=capacity, precision=precision, ambient=ambient,
+                sampling=sampling.do_sample, eos=eos is None, mode=self.resolved_mode(device), backend=self.backend))
         if self.compile == "auto":
-            auto = _AutoCompile(self, compile_key, device, shape_key(model.config.to_dict(), batch=batch,
-                                capacity=capacity, precision=precision, ambient=ambient, sampling=sampling.do_sample,
-                                eos=eos is None, mode=self.resolved_mode(device), backend=self.backend))
             return Decoding(decode_step, arguments, state, prompt, max_new_tokens, eos, prefill_s, False, device,
-                            None, auto)
+                            None, measured, decides=True)
         compiles = self.compile and compile_key not in self._compiled_keys
         self._compiled_keys.add(compile_key)
         return Decoding(self.step_function(device), arguments, state, prompt, max_new_tokens, eos, prefill_s,
-                        compiles, device, self.resolved_mode(device) if self.compile else None)
+                        compiles, device, self.resolved_mode(device) if self.compile else None, measured)
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, attention_mask: torch.Tensor | None = None,
                  sampling: Sampling = GREEDY, eos_token_id: int | list[int] | None = None,
@@ -341,12 +344,12 @@ class Decoding:
 
     def __init__(self, step, arguments: tuple, state: "_State", prompt: int, max_new_tokens: int,
                  eos: torch.Tensor | None, prefill_s: float, compiles: bool, device: torch.device,
-                 compile_mode: str | None, auto: "_AutoCompile | None" = None) -> None:
+                 compile_mode: str | None, auto: "_AutoCompile | None" = None, decides: bool = False) -> None:
         self._step, self._arguments, self.state = step, arguments, state
         self.prompt, self.max_new_tokens, self.eos = prompt, max_new_tokens, eos
         self.prefill_s, self.compiles, self.device, self.compile_mode = prefill_s, compiles, device, compile_mode
         self.steps_run = 1
-        self.auto, self.compile_choice = auto, None
+        self.auto, self.decides, self.compile_choice = auto, decides, None
         self._compiled_from = 1 if compile_mode else None  # the step whose call evaluates every guard
 
     def step(self) -> None:
@@ -378,7 +381,7 @@ class Decoding:
         stop_check_every: steps between `all_finished` checks (default: 1 on CPU, 16 elsewhere)."""
         check_int(stop_check_every, "stop_check_every", allow_none=True)
         every = stop_check_every or (1 if self.device.type == "cpu" else 16)
-        eager_step_s = self._choose() if self.auto is not None else None
+        eager_step_s = self._choose() if self.decides else None
         compile_s = 0.0
         if self.compiles and self.steps_run < self.max_new_tokens and not self.all_finished():
             begin = time.perf_counter()
@@ -397,10 +400,10 @@ class Decoding:
         new = self.steps_run
         if self.eos is not None:
             new = _stopped_length(self.state.sequence[:, self.prompt:self.prompt + new], self.eos, new)
-        if self.auto is not None and compile_s > 0 and eager_step_s:
+        if self.auto is not None and compile_s > 0:  # measured for the next decision on this machine
             compiled_step_s = decode_s / timed if timed else None
-            self.auto.times_store().record(self.auto.key, compile_s,
-                                           eager_step_s / compiled_step_s if compiled_step_s else None)
+            self.auto.times_store().record(self.auto.key, compile_s, eager_step_s / compiled_step_s
+                                           if eager_step_s and compiled_step_s else None)
         return GenerationResult(sequences=self.state.sequence[:, :self.prompt + new].clone(), prompt_tokens=self.prompt,
                                 new_tokens=new, prefill_s=self.prefill_s, compile_s=compile_s, decode_s=decode_s,
                                 decode_steps=timed, compile_mode=self.compile_mode, compile_choice=self.compile_choice)
@@ -472,8 +475,8 @@ class _State:
 
 @dataclass
 class _AutoCompile:
-    """What a compile="auto" decoding needs to decide: its generator, the compiled step's key and the
-    shape key of its measured compile times."""
+    """What a decoding needs to decide on a compile (compile="auto") and to record one: its generator,
+    the compiled step's key and the shape key of its measured compile times."""
 
     generator: FastGenerator
     compile_key: tuple
