@@ -51,7 +51,7 @@ class CompileEstimate:
 
 def compile_pays(estimate: CompileEstimate, eager_step_s: float, steps_left: int) -> bool:
     """The rule: compile when the expected compile takes less than it saves over the steps left."""
-    return estimate.compile_s < steps_left * eager_step_s * (1.0 - 1.0 / estimate.speedup)
+    return estimate.compile_s < saved_seconds(estimate, eager_step_s, steps_left)
 
 
 def saved_seconds(estimate: CompileEstimate, eager_step_s: float, steps_left: int) -> float:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from attnres.common.errors import InputError
@@ -31,10 +33,11 @@ class FastRouting:
             self.inv_rms.append(inv_rms(source, self.eps))
         return self.inv_rms
 
-    def prefix(self, s: int, first: int, mixers: list[DepthMixer], sources: list[torch.Tensor]) -> RoutedPrefix:
+    def prefix(self, s: int, first: int, mixers: Iterable[DepthMixer], sources: list[torch.Tensor]) -> RoutedPrefix:
         """Mixer s's phase-1 result: at its group's first mixer (`first`), all of the group's
-        `mixers` are routed over the sources completed so far in one call; later mixers reuse it. A
-        state resumed inside a group (a pipeline stage) routes phase 1 over what it received."""
+        `mixers` (a lazy range of them: read only then) are routed over the sources completed so far
+        in one call; later mixers reuse it. A state resumed inside a group (a pipeline stage) routes
+        phase 1 over what it received."""
         if self.group is None or self.group.first != first:
             queries = torch.stack([mixer.effective_query() for mixer in mixers])
             self.group = route_group(first, queries, sources, self.completed_inv_rms(sources), self.impl, eps=self.eps)
@@ -134,7 +137,7 @@ class RoutedScheme(ResidualScheme):
         if self.group_size > 1 and index < self.num_grouped:
             # The merge computes the partial's inv_rms (the fused kernel in its own pass).
             first = index - index % self.group_size
-            group = [self.routers[i] for i in range(first, min(first + self.group_size, self.num_grouped))]
+            group = map(self.routers.__getitem__, range(first, min(first + self.group_size, self.num_grouped)))
             return self._call(index, sources, state, impl=state.impl, inv=inv,
                               prefix=fast.prefix(index, first, group, state.sources))
         if inv is not None:

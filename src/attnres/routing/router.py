@@ -37,7 +37,7 @@ class RouterOptions(VariantOptions):
 
     def fast_paths(self) -> bool:
         """The fast and two-phase paths compute the method's router only."""
-        return (self.query, self.weights, self.key_norm) == ("static", "softmax", True)
+        return all(getattr(self, name) == default for name, default in RouterOptions.defaults().items())
 
 
 class Router(DepthMixer):
