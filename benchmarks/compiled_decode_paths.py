@@ -1,8 +1,8 @@
 """Compiled decoding per token: which routing code the step should contain, and what its guards cost.
 
 Each model decodes through `FastGenerator` (the static cache and the compiled step, inductor's Python
-wrapper as `attnres bench` compiles it, or with --cpp-wrapper its C++ wrapper, FastGenerator's default
-on CPU) with routing_impl "lean" (plain PyTorch that inductor fuses)
+wrapper, FastGenerator's default on CPU, or with --cpp-wrapper its C++ wrapper) with routing_impl
+"lean" (plain PyTorch that inductor fuses)
 and "fused" (direct calls of the C++ kernels), for standard, Block AttnRes and Full AttnRes. Every
 step is timed twice per round: with every guard evaluated at each call (what a plain compiled
 function does), and as a generation runs it (all guards at its first step, then only those that tell
@@ -11,7 +11,7 @@ to standard with the same guard setting.
 
     .venv/bin/python benchmarks/compiled_decode_paths.py                 # 24 x 256, 2 threads
     .venv/bin/python benchmarks/compiled_decode_paths.py --layers 4 --rounds 5
-    .venv/bin/python benchmarks/compiled_decode_paths.py --cpp-wrapper --impls lean   # as FastGenerator compiles
+    .venv/bin/python benchmarks/compiled_decode_paths.py --cpp-wrapper --impls fused   # the C++ wrapper
 """
 
 from __future__ import annotations

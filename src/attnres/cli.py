@@ -152,7 +152,9 @@ def _generate(args: argparse.Namespace) -> int:
 
     from attnres.common.checks import check_int
     from attnres.common.errors import InputError
+    from attnres.common.machine import cpu_has_native_bf16
     from attnres.hf.fast_generation import load_model_dir
+    from attnres.model.memory_traffic import copy_bandwidth_gb_s
 
     check_int(args.max_new_tokens, "--max-new-tokens")
     check_int(args.threads, "--threads", allow_none=True)
@@ -160,8 +162,12 @@ def _generate(args: argparse.Namespace) -> int:
         raise InputError("--prompt must be a non-empty text")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_model_dir(args.model, args.device)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    model, tokenizer = load_model_dir(args.model, args.device, dtype)
     model.set_routing(args.routing_impl)
+    if args.dtype == "bf16" and args.device == "cpu" and not cpu_has_native_bf16():
+        print("note: this CPU has no native bf16 (avx512_bf16, amx_bf16): bf16 is emulated here and slower than "
+              "fp32; drop --dtype bf16", file=sys.stderr)
     text = args.prompt
     if args.chat:
         if not getattr(tokenizer, "chat_template", None):
@@ -192,9 +198,16 @@ def _generate(args: argparse.Namespace) -> int:
           f"({result.prefill_tokens_per_s:.1f} tokens/s)\n"
           f"compile: {compiled}\n"
           f"decode: {result.decode_steps} tokens in {result.decode_s:.3f} s "
-          f"({result.decode_tokens_per_s:.1f} tokens/s); {result.new_tokens} new tokens in all, {args.precision}, "
-          f"{torch.get_num_threads()} threads, {args.device}",
+          f"({result.decode_tokens_per_s:.1f} tokens/s); {result.new_tokens} new tokens in all, weights {args.dtype}, "
+          f"precision {args.precision}, {torch.get_num_threads()} threads, {args.device}",
           file=sys.stderr)
+    if result.decode_steps and args.device == "cpu":
+        limit = copy_bandwidth_gb_s()
+        size = result.decode_bytes_per_step
+        size = f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+        print(f"memory: {size} of weights and KV cache read per step, "
+              f"{result.decode_gb_per_s:.1f} GB/s: {100 * result.decode_gb_per_s / limit:.0f} % of this machine's "
+              f"copy bandwidth ({limit:.1f} GB/s, measured now)", file=sys.stderr)
     return 0
 
 
@@ -374,13 +387,15 @@ def _generate_parser(sub) -> None:
     generate.add_argument("--prompt", required=True, help="the text to continue (required)")
     generate.add_argument("--max-new-tokens", type=int, default=64,
                           help="most tokens to generate; fewer when the model's end token comes (default: %(default)s)")
+    generate.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                          help="the weights' dtype: bf16 halves the bytes a step reads, fast with native bf16 "
+                               "(default: %(default)s)")
     generate.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
                           help="fp32, or bf16 under autocast (default: %(default)s)")
     generate.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                          help="compile the decode step with torch.compile (a first compile takes minutes on a few "
-                               "CPU cores; later runs find it in inductor's cache); --no-compile runs the same step "
-                               "eagerly (default: compile only where the compile time is repaid by this request, "
-                               "as measured on this machine; a line says when it starts)")
+                          help="compile the decode step with torch.compile (tens of seconds on a few CPU cores, "
+                               "then cached); --no-compile runs the same step eagerly (default: compile only where "
+                               "this request repays the compile time measured here; a line says when it starts)")
     generate.add_argument("--threads", type=int, default=None,
                           help="torch intra-op threads (default: torch's setting, one per core)")
     generate.add_argument("--chat", action="store_true",

@@ -114,6 +114,22 @@ def test_bf16_autocast_decodes_like_the_eager_model_under_autocast(residual, num
     assert assert_greedy_agrees_until_a_near_tie(result.sequences, expected, margins, 6) >= 1
 
 
+@pytest.mark.parametrize("residual, num_blocks, exact", CASES, ids=IDS)
+def test_bf16_weights_decode_like_the_eager_bf16_model(residual, num_blocks, exact):
+    """Weights in bf16 (`attnres generate --dtype bf16`): every variant's step keeps the model's dtype
+    (the stream mixers compute in fp32 and hand the sub-layers bf16), and reads half the bytes."""
+    model = model_for(residual, num_blocks, exact)
+    ids = prompt()
+    fp32_bytes = FastGenerator(model, compile=False).generate(ids, 3).decode_bytes_per_step
+    model = model.to(torch.bfloat16)
+    expected, margins = eager_greedy(model, ids, 12, with_margins=True)
+    result = FastGenerator(model, compile=False).generate(ids, 12)
+    # Looser than under autocast: with bf16 weights the activations and the residual stream are bf16
+    # too, and each sub-layer's rounding (up to 2^-8 of a value) compounds; a flip was seen at 0.065.
+    assert assert_greedy_agrees_until_a_near_tie(result.sequences, expected, margins, 6, near_tie=0.15) >= 1
+    assert result.decode_bytes_per_step * 2 == fp32_bytes
+
+
 @pytest.mark.compile
 def test_the_compiled_step_is_one_graph_and_decodes_like_the_eager_model_for_every_variant():
     for residual, num_blocks, exact in CASES:
@@ -197,10 +213,27 @@ def test_inductor_compiles_the_step_and_keeps_every_buffer_in_place():
     pointers = [t.data_ptr() for t in (*state.cache.keys, *state.cache.values, state.sequence, state.column)]
     shapes = [tuple(k.shape) for k in state.cache.keys]
     result = decoding.finish()
-    assert result.compile_mode == "default+cpp_wrapper"  # inductor with its C++ wrapper on CPU
+    assert result.compile_mode == "default"  # inductor with its default Python wrapper on CPU
     assert [t.data_ptr() for t in (*state.cache.keys, *state.cache.values, state.sequence, state.column)] == pointers
     assert [tuple(k.shape) for k in state.cache.keys] == shapes == [(2, 2, 64, 8)] * 3  # capacity 16 -> 64
     assert result.sequences.tolist() == eager_greedy(model, ids, 10).tolist()
+
+
+@pytest.mark.compile
+@needs_inductor_cpu
+def test_a_bf16_step_compiles_its_one_row_products_as_reductions():
+    """With bf16 weights the CPU step takes inductor's decompose_mm_pass (generation.CPU_BF16_OPTIONS):
+    a one-row matrix product becomes a product and a sum; the tokens still follow the eager step's."""
+    torch._dynamo.reset()
+    model = model_for("block_attnres", 3).to(torch.bfloat16)
+    ids = prompt(1, 6)
+    generator = FastGenerator(model)
+    assert generator.resolved_mode(torch.device("cpu"), bf16=True) == "default+decompose_mm_pass"
+    assert generator.resolved_mode(torch.device("cpu")) == "default"
+    result = generator.generate(ids, 10)
+    assert result.compile_mode == "default+decompose_mm_pass" and result.compile_s > 0
+    expected, margins = eager_greedy(model, ids, 10, with_margins=True)
+    assert assert_greedy_agrees_until_a_near_tie(result.sequences, expected, margins, 6, near_tie=0.15) >= 1
 
 
 def test_left_padded_rows_decode_as_they_would_alone():

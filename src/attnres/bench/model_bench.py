@@ -49,7 +49,8 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
     standard's are 1.0)}}}. With config.compiled_decode, each variant also has
     "decode_compiled_per_token_s" (the static-cache step compiled by torch.compile), "decode_compile_s"
     (the compiling step's wall time, untimed otherwise), "compiled_decode_speedup" (eager decode /
-    compiled decode) and the ratio "decode_compiled_per_token".
+    compiled decode), the ratio "decode_compiled_per_token", and the step's memory traffic:
+    "decode_compiled_bytes_per_step" (weights and KV cache read) and "decode_compiled_gb_per_s".
     """
     device = torch.device(config.device)
     names = (BASELINE, *config.variants)
@@ -90,6 +91,9 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
         if config.compiled_decode:
             results[name]["decode_compiled_per_token_s"] = timings[f"{name}/decode_compiled"].to_dict()
             results[name]["decode_compile_s"] = runner.compile_s
+            results[name]["decode_compiled_bytes_per_step"] = runner.decode_bytes_per_step
+            results[name]["decode_compiled_gb_per_s"] = (
+                runner.decode_bytes_per_step / timings[f"{name}/decode_compiled"].median / 1e9)
     base = results[BASELINE]
     for name, row in results.items():
         row["ratios"] = {

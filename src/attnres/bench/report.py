@@ -63,7 +63,7 @@ def format_markdown(results: dict) -> str:
              f"round(s), seed {config['seed']}" + (", --quick" if config.get("quick") else "") + ".", ""]
     for note in results.get("notes", []):
         lines += [f"> {note}", ""]
-    lines += _model_section(results.get("models"))
+    lines += _model_section(results.get("models"), machine.get("copy_bandwidth_gb_s"))
     lines += _sweep_section(results.get("depth_sweep"))
     lines += _router_section(results.get("router"))
     lines += ["## How this is measured", "",
@@ -82,7 +82,7 @@ def format_markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _model_section(models: dict | None) -> list[str]:
+def _model_section(models: dict | None, copy_gb_s: float | None = None) -> list[str]:
     if not models:
         return []
     variants = models["variants"]
@@ -99,7 +99,8 @@ def _model_section(models: dict | None) -> list[str]:
             compiled_rows.append([name, _ms(row["decode_per_token_s"]["median_s"]), _x(r["decode_per_token"]),
                                   _ms(row["decode_compiled_per_token_s"]["median_s"]),
                                   _x(r.get("decode_compiled_per_token")), _x(row.get("compiled_decode_speedup")),
-                                  "-" if compile_s is None else f"{compile_s:.0f}"])
+                                  "-" if compile_s is None else f"{compile_s:.0f}",
+                                  _traffic(row.get("decode_compiled_gb_per_s"), copy_gb_s)])
         m = row["memory"]
         mem_rows.append([name, _mib(m["peak_bytes"]), _x(r["peak_memory"]), _mib(m["activation_bytes"]),
                          _x(r["activation_memory"]), _mib(m["non_activation_bytes"]), _x(r["non_activation_memory"]),
@@ -107,22 +108,31 @@ def _model_section(models: dict | None) -> list[str]:
     return ([head, "", "### Time", ""]
             + _table(["variant", "train step (ms)", "x standard", "prefill (ms)", "x standard",
                       "decode (ms/token)", "x standard"], time_rows)
-            + _compiled_decode_table(compiled_rows)
+            + _compiled_decode_table(compiled_rows, copy_gb_s)
             + ["", "### Memory of one training step", ""]
             + _table(["variant", "peak (MiB)", "x standard", "activations (MiB)", "x standard",
                       "rest of peak (MiB)", "x standard", "parameters"], mem_rows) + [""])
 
 
-def _compiled_decode_table(rows: list[list[str]]) -> list[str]:
+def _traffic(gb_per_s: float | None, copy_gb_s: float | None) -> str:
+    """'12.3 (45 %)': a step's memory traffic and its share of the measured copy bandwidth."""
+    if gb_per_s is None:
+        return "-"
+    return f"{gb_per_s:.1f}" + (f" ({gb_per_s / copy_gb_s:.0%})" if copy_gb_s else "")
+
+
+def _compiled_decode_table(rows: list[list[str]], copy_gb_s: float | None = None) -> list[str]:
     if not rows:
         return []
+    limit = (f" Memory: the weights and KV cache one compiled step reads, per second, and its share of a "
+             f"{copy_gb_s:.1f} GB/s tensor copy measured at the start." if copy_gb_s else "")
     return (["", "### Decode: eager and compiled", "",
              "Eager: AttnResLM.forward one token at a time with the growing KV cache. Compiled: the static KV "
              "cache and the decode step (routing and the greedy choice included) captured once by "
              "torch.compile(fullgraph=True) (docs/explanation/fast-paths.md); its compile time is measured once, untimed "
-             "otherwise.", ""]
+             "otherwise." + limit, ""]
             + _table(["variant", "eager (ms/token)", "x standard", "compiled (ms/token)", "x standard",
-                      "compiled speed-up", "compile (s)"], rows))
+                      "compiled speed-up", "compile (s)", "memory (GB/s)"], rows))
 
 
 def _sweep_section(sweep: list | None) -> list[str]:

@@ -14,6 +14,7 @@ from attnres.bench.report import write_report
 from attnres.bench.router_bench import run_router_bench
 from attnres.common.errors import InputError
 from attnres.common.machine import machine_info
+from attnres.model.memory_traffic import copy_bandwidth_gb_s
 from attnres.routing import resolve_impl
 
 
@@ -61,6 +62,8 @@ def _run(config: BenchConfig, device: torch.device, command: str, route_fn: Call
         notes.append("This CPU has no native bf16 arithmetic (no avx512_bf16 / amx_bf16): bf16 matrix products "
                      "are emulated and much slower than fp32, so absolute times are slow and the ratios weigh "
                      "matrix products more than a bf16-capable machine would. `--precision fp32` runs faster here.")
+    if device.type == "cpu":  # the limit decoding's memory traffic is compared with (bench.md)
+        machine["copy_bandwidth_gb_s"] = copy_bandwidth_gb_s()
     models = run_model_bench(config, log=log)
     sweep = run_depth_sweep(config, log=log) if config.depths else []
     router = run_router_bench(config, route_fn=route_fn, log=log)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from attnres.common.errors import InputError
@@ -132,9 +133,10 @@ def _max_new_tokens(model, config: GenerationConfig, kwargs: dict, given: Genera
     return total - prompt
 
 
-def load_model_dir(model_dir, device: str = "cpu"):
-    """(AttnResForCausalLM in eval mode on `device`, its tokenizer) from a directory written by
-    `attnres convert` or a training checkpoint; InputError saying what is missing otherwise."""
+def load_model_dir(model_dir, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """(AttnResForCausalLM in eval mode on `device` with its weights in `dtype`, its tokenizer) from a
+    directory written by `attnres convert` or a training checkpoint; InputError saying what is missing
+    otherwise."""
     path = Path(model_dir)
     config_path = path / "config.json"
     if not config_path.is_file():
@@ -152,7 +154,7 @@ def load_model_dir(model_dir, device: str = "cpu"):
     except (OSError, ValueError) as error:
         raise InputError(f"MODEL {str(path)!r}: no tokenizer could be loaded from it ({error})") from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     except OSError as error:
         raise InputError(f"MODEL {str(path)!r}: its weights could not be loaded ({error})") from None
     return model.to(device).eval(), tokenizer

@@ -1,8 +1,8 @@
 """When compiling the decode step pays: the rule, and the measured compile times it reads.
 
 On a GPU a compile of about a minute is repaid within seconds; on a few CPU cores it is repaid
-only after thousands of tokens (a cold inductor compile of converted SmolLM2-135M took 266 s on 2
-cores for a 17 tokens/s step). So with `compile="auto"` a generation first times a few steps of
+only after hundreds or thousands of tokens (a cold compile of converted SmolLM2-135M Block AttnRes
+takes about 40 s on 2 Intel Xeon cores, to decode at 1.3 to 1.5 times the eager step's speed). So with `compile="auto"` a generation first times a few steps of
 the eager fixed-shape step, then compiles only if
 
     expected compile seconds  <  steps left x eager step seconds x (1 - 1 / expected speed-up)
@@ -26,11 +26,11 @@ import torch
 from attnres.common.atomic import write_atomic
 
 # Priors, used until this machine has measured a compile of the model shape:
-# a cold compile (inductor with its C++ wrapper) takes about this long per sub-layer: 266 s for
-# SmolLM2-135M's 60 sub-layers on 2 AMD EPYC cores, 36 to 99 s for 48 sub-layers 256 wide on 2
-# Intel Xeon cores (results/bench-fp32); the larger is taken, so an unmeasured compile is not
-# started lightly.
-PRIOR_COMPILE_S_PER_SUBLAYER = 5.0
+# a cold compile (inductor's Python wrapper, fused routing) takes about this long per sub-layer:
+# 31 to 40 s for SmolLM2-135M's 60 sub-layers on 2 Intel Xeon cores (results/generate-speed);
+# twice that is taken, for slower CPUs and the lean routing ops (without the fused extension),
+# so an unmeasured compile is not started lightly.
+PRIOR_COMPILE_S_PER_SUBLAYER = 1.5
 # eager fixed-shape step / compiled step: 2.1x to 3.6x at 24 x 256 (results/bench-fp32).
 PRIOR_SPEEDUP = 2.0
 # a start from inductor's cache, as a share of the cold compile, until a warm start is measured.

@@ -12,9 +12,10 @@ token (argmax, or sampling with temperature / top-k / top-p), all on tensors of 
 - the sequence, the column, the rotary positions and the finished flags are tensors the step
   updates in place; nothing in the step reads a value back to the host.
 
-Routing in the step is the model's own (chunked two-phase routing). Without gradients its ops trace
-as plain PyTorch (inv_rms, the lean ops; what "auto" picks, as inductor fuses them with the norms) or,
-with routing_impl "fused", as direct calls of the C++ kernels, so a step calls no Python per router.
+Routing in the step is the model's own (chunked two-phase routing). On CPU, with the fused extension
+built ("auto"), each router is a direct call of its C++ kernel, so a step calls no Python per router
+and the graph stays small enough to compile in about half the time; with routing_impl "lean" (or
+without the extension) the ops trace as plain PyTorch that inductor fuses with the norms.
 After a generation's first step only the guards that tell compiled graphs apart are evaluated
 (`Decoding._guards`; docs/explanation/fast-paths.md).
 
@@ -43,13 +44,22 @@ from attnres.common.toolchain import inductor_compiler, require_inductor_compile
 from attnres.model.cache import StaticKVCache
 from attnres.model.compile_choice import PROBE_STEPS, CompileTimes, compile_pays, saved_seconds, shape_key
 from attnres.model.decoder import AttnResLM
+from attnres.model.memory_traffic import decode_bytes_per_step
 
 # torch.compile mode of the decode step per device type (docs/explanation/fast-paths.md). CUDA: CUDA graphs
-# replay the whole step with one launch. CPU: inductor's default mode with its C++ wrapper
-# (`CPU_OPTIONS`): the generated code calls its kernels and the matrix products from C++ rather
-# than Python, about 10 % faster decoding of a 30-layer model, at about 2.4 times the compile time.
+# replay the whole step with one launch. CPU: inductor's default mode and its default Python wrapper
+# (`CPU_OPTIONS`, none). Its C++ wrapper decodes converted SmolLM2-135M Block AttnRes 2 to 5 % faster but
+# compiles it in 195 s rather than 68 s on 2 cores, which a CPU user would repay only after
+# thousands of tokens.
 DEFAULT_MODES = {"cpu": "default", "cuda": "reduce-overhead"}
-CPU_OPTIONS = {"cpp_wrapper": True}
+CPU_OPTIONS: dict = {}  # options={"cpp_wrapper": True} asks for the C++ wrapper
+# With bf16 weights or autocast, a one-row matrix product (a decode step's every projection) goes to
+# oneDNN's bf16 kernel, which reads weights at about a third of the memory bandwidth here. Inductor's
+# decompose_mm_pass, allowed at every width, turns it into a product and a sum that inductor
+# vectorises, widening each weight in registers: converted SmolLM2-135M Block AttnRes in bf16 decoded
+# 1.4 times as fast (50.4 against 36.1 tokens/s on 2 Intel Xeon cores), for a compile of 48 s
+# instead of 40 s. In fp32 it changed nothing but the compile time, so fp32 steps go without it.
+CPU_BF16_OPTIONS = {"post_grad_fusion_options": {"decompose_mm_pass": {"cpu_max_other_dimension_decomposition": 2**31}}}
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CAPACITY_STEP = 64  # cache capacities are rounded up to a multiple of this, so nearby lengths share a graph
 
@@ -90,6 +100,7 @@ class GenerationResult:
     of a shape not seen before, which traces and compiles; 0.0 otherwise) and decode (every other
     step, `decode_steps` of them, each one token per row). compile_mode: the torch.compile mode of
     the step, None when it ran eagerly. compile_choice: with compile="auto", what was decided and why.
+    decode_bytes_per_step: the weights and KV cache one step reads (`attnres.model.memory_traffic`).
     """
 
     sequences: torch.Tensor
@@ -101,6 +112,7 @@ class GenerationResult:
     decode_steps: int
     compile_mode: str | None = None
     compile_choice: str | None = None
+    decode_bytes_per_step: int = 0
 
     @property
     def prefill_tokens_per_s(self) -> float:
@@ -113,6 +125,14 @@ class GenerationResult:
         if self.decode_steps == 0 or self.decode_s <= 0:
             return math.nan
         return self.sequences.shape[0] * self.decode_steps / self.decode_s
+
+    @property
+    def decode_gb_per_s(self) -> float:
+        """Achieved memory traffic of the timed decode steps: GB (1e9 bytes) of weights and KV cache
+        read per second; nan when no step was timed."""
+        if self.decode_steps == 0 or self.decode_s <= 0:
+            return math.nan
+        return self.decode_bytes_per_step * self.decode_steps / self.decode_s / 1e9
 
 
 def choose_next(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -188,8 +208,8 @@ class FastGenerator:
     a few eager steps are timed first, the compile time is the one measured on this machine, kept
     in `times`, else a prior), printing one line through `log` before a compile starts.
     mode: a torch.compile mode (one of `MODES`) or None for the device's default (`DEFAULT_MODES`;
-    on CPU with inductor, also `CPU_OPTIONS`). options: inductor options (torch.compile's
-    `options`, e.g. {"cpp_wrapper": False}) instead of a mode; None: the device's default.
+    on CPU with inductor, also `CPU_OPTIONS`, or `CPU_BF16_OPTIONS` for a step computing in bf16). options: inductor options (torch.compile's
+    `options`, e.g. {"cpp_wrapper": True}) instead of a mode; None: the device's default.
     backend: torch.compile's backend, a name or a callable ("inductor"; tests use "aot_eager", which
     traces the same graph without generating code). The model's weights are read at every step
     (nothing is frozen into the compiled code), so a generator stays valid when the weights change
@@ -214,34 +234,40 @@ class FastGenerator:
         if not (isinstance(backend, str) or callable(backend)):
             raise InputError(f"FastGenerator backend must be a torch.compile backend name or callable, got {backend!r}")
         self.model, self.compile, self.mode, self.backend = model, compile, mode, backend
-        self._step = None
+        self._steps: dict[str, Callable] = {}  # compiled steps by resolved mode
         self._states: dict[tuple, _State] = {}
         self._compiled_keys: set[tuple] = set()
 
-    def resolved_mode(self, device: torch.device) -> str:
-        """The compile mode used on `device`: `mode`, or the device type's default; "+" and the
-        inductor options where there are any (e.g. "default+cpp_wrapper" on CPU)."""
+    def resolved_mode(self, device: torch.device, bf16: bool = False) -> str:
+        """The compile mode used on `device` (for a step computing in bf16: `bf16`): `mode`, or the
+        device type's default; "+" and the inductor options where there are any (e.g.
+        "default+cpp_wrapper" with options={"cpp_wrapper": True}, "default+decompose_mm_pass" in bf16 on CPU)."""
         mode = self.mode or DEFAULT_MODES.get(device.type, "default")
-        options = self._options(device)
-        return mode + "".join(f"+{key}" if value is True else f"+{key}={value}" for key, value in options.items())
+        words = []
+        for key, value in self._options(device, bf16).items():
+            words += list(value) if isinstance(value, dict) else [key if value is True else f"{key}={value}"]
+        return "+".join([mode, *words])
 
-    def _options(self, device: torch.device) -> dict:
+    def _options(self, device: torch.device, bf16: bool = False) -> dict:
         if self.options is not None:
             return self.options
         if self.mode is None and device.type == "cpu" and self.backend == "inductor":
-            return CPU_OPTIONS
+            return CPU_BF16_OPTIONS if bf16 else CPU_OPTIONS
         return {}
 
-    def step_function(self, device: torch.device, compiled: bool | None = None):
-        """`decode_step`, compiled (once per generator) when `compile` is True (or `compiled`)."""
+    def step_function(self, device: torch.device, compiled: bool | None = None, bf16: bool = False):
+        """`decode_step`, compiled (once per generator and mode) when `compile` is True (or `compiled`);
+        bf16: the step computes in bf16 (weights or autocast), which takes other options on CPU."""
         if not (self.compile is True if compiled is None else compiled):
             return decode_step
-        if self._step is None:
+        key = self.resolved_mode(device, bf16)
+        if key not in self._steps:
             mode = self.mode or DEFAULT_MODES.get(device.type, "default")
-            options = self._options(device)
-            self._step = torch.compile(_own_copy(decode_step), fullgraph=True, dynamic=False, backend=self.backend,
-                                       mode=None if options or mode == "default" else mode, options=options or None)
-        return self._step
+            options = self._options(device, bf16)
+            self._steps[key] = torch.compile(_own_copy(decode_step), fullgraph=True, dynamic=False,
+                                             backend=self.backend, mode=None if options or mode == "default" else mode,
+                                             options=options or None)
+        return self._steps[key]
 
     @torch.no_grad()
     def start(self, input_ids: torch.Tensor, max_new_tokens: int, attention_mask: torch.Tensor | None = None,
@@ -275,7 +301,10 @@ class FastGenerator:
         state.sequence[:, prompt] = _select(logits, state.column, state.finished, eos, pad, state.eos_from, sampling)
         _sync(device)
         prefill_s = time.perf_counter() - begin
-        compile_key = (key, sampling, eos is None, self.compile and self.resolved_mode(device), self.backend)
+        step_bytes = decode_bytes_per_step(model, model.config, batch, capacity, state.cache.keys[0].dtype)
+        bf16 = torch.bfloat16 in (state.cache.keys[0].dtype, model.embed_tokens.weight.dtype)
+        mode = self.resolved_mode(device, bf16)
+        compile_key = (key, sampling, eos is None, self.compile and mode, self.backend)
         arguments = (model, state.cache, state.sequence, state.key_valid, state.column, state.rope_position,
                      state.finished, eos, pad, state.eos_from, sampling, precision)
         # Where a compile is measured for later decisions: "auto", and a forced inductor compile.
@@ -283,14 +312,16 @@ class FastGenerator:
         if self.compile == "auto" or (self.compile is True and self.backend == "inductor"):
             measured = _AutoCompile(self, compile_key, device, shape_key(
                 model.config.to_dict(), batch=batch, capacity=capacity, precision=precision, ambient=ambient,
-                sampling=sampling.do_sample, eos=eos is None, mode=self.resolved_mode(device), backend=self.backend))
+                dtype=model.embed_tokens.weight.dtype,
+                sampling=sampling.do_sample, eos=eos is None, mode=mode, backend=self.backend), bf16)
         if self.compile == "auto":
             return Decoding(decode_step, arguments, state, prompt, max_new_tokens, eos, prefill_s, False, device,
-                            None, measured, decides=True)
+                            None, measured, decides=True, step_bytes=step_bytes)
         compiles = self.compile and compile_key not in self._compiled_keys
         self._compiled_keys.add(compile_key)
-        return Decoding(self.step_function(device), arguments, state, prompt, max_new_tokens, eos, prefill_s,
-                        compiles, device, self.resolved_mode(device) if self.compile else None, measured)
+        return Decoding(self.step_function(device, bf16=bf16), arguments, state, prompt, max_new_tokens, eos,
+                        prefill_s, compiles, device, mode if self.compile else None, measured,
+                        step_bytes=step_bytes)
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, attention_mask: torch.Tensor | None = None,
                  sampling: Sampling = GREEDY, eos_token_id: int | list[int] | None = None,
@@ -332,7 +363,7 @@ class FastGenerator:
 
     def forget(self) -> None:
         """Drop the compiled step and every kept state (after the model changed shape, device or dtype)."""
-        self._step, self._states, self._compiled_keys = None, {}, set()
+        self._steps, self._states, self._compiled_keys = {}, {}, set()
 
 
 class Decoding:
@@ -344,11 +375,13 @@ class Decoding:
 
     def __init__(self, step, arguments: tuple, state: "_State", prompt: int, max_new_tokens: int,
                  eos: torch.Tensor | None, prefill_s: float, compiles: bool, device: torch.device,
-                 compile_mode: str | None, auto: "_AutoCompile | None" = None, decides: bool = False) -> None:
+                 compile_mode: str | None, auto: "_AutoCompile | None" = None, decides: bool = False,
+                 step_bytes: int = 0) -> None:
         self._step, self._arguments, self.state = step, arguments, state
         self.prompt, self.max_new_tokens, self.eos = prompt, max_new_tokens, eos
         self.prefill_s, self.compiles, self.device, self.compile_mode = prefill_s, compiles, device, compile_mode
         self.steps_run = 1
+        self.step_bytes = step_bytes  # weights and KV cache one step reads
         self.auto, self.decides, self.compile_choice = auto, decides, None
         self._compiled_from = 1 if compile_mode else None  # the step whose call evaluates every guard
 
@@ -384,6 +417,12 @@ class Decoding:
         eager_step_s = self._choose() if self.decides else None
         compile_s = 0.0
         if self.compiles and self.steps_run < self.max_new_tokens and not self.all_finished():
+            if not self.decides and self.auto is not None:  # a forced compile says what it costs, too
+                auto = self.auto
+                estimate = auto.times_store().estimate(auto.key, auto.generator.model.config.num_sublayers)
+                where = "measured on this machine" if estimate.measured else "a first estimate"
+                auto.generator.log(f"compiling the decode step: about {estimate.compile_s:.0f} s ({where}); the "
+                                   f"compiled code is cached for later runs (--no-compile or compile=False skips it)")
             begin = time.perf_counter()
             self.step()
             _sync(self.device)
@@ -406,7 +445,8 @@ class Decoding:
                                            if eager_step_s and compiled_step_s else None)
         return GenerationResult(sequences=self.state.sequence[:, :self.prompt + new].clone(), prompt_tokens=self.prompt,
                                 new_tokens=new, prefill_s=self.prefill_s, compile_s=compile_s, decode_s=decode_s,
-                                decode_steps=timed, compile_mode=self.compile_mode, compile_choice=self.compile_choice)
+                                decode_steps=timed, compile_mode=self.compile_mode, compile_choice=self.compile_choice,
+                                decode_bytes_per_step=self.step_bytes)
 
     def _choose(self) -> float | None:
         """compile="auto": time up to PROBE_STEPS eager steps, then compile the rest only where the rule
@@ -436,8 +476,8 @@ class Decoding:
         auto.generator.log(f"compiling the decode step: about {estimate.compile_s:.0f} s ({where}) to save about "
                            f"{saves:.0f} s over {left} steps; the compiled code is cached for later runs "
                            f"(--no-compile or compile=False skips it)")
-        self._step = auto.generator.step_function(self.device, compiled=True)
-        self.compile_mode = auto.generator.resolved_mode(self.device)
+        self._step = auto.generator.step_function(self.device, compiled=True, bf16=auto.bf16)
+        self.compile_mode = auto.generator.resolved_mode(self.device, auto.bf16)
         self.compiles = auto.compile_key not in auto.generator._compiled_keys
         auto.generator._compiled_keys.add(auto.compile_key)
         self._compiled_from = self.steps_run  # this step's call evaluates every guard
@@ -482,6 +522,7 @@ class _AutoCompile:
     compile_key: tuple
     device: torch.device
     key: str
+    bf16: bool = False  # the step computes in bf16 (its compile options differ on CPU)
 
     def can_compile(self) -> bool:
         return not (self.generator.backend == "inductor" and self.device.type == "cpu" and inductor_compiler() is None)

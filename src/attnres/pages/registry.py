@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from attnres.pages import (ablation, compare, conversion, costs, flops, machinery, options, published, recommendation,
-                           scaling, study)
+from attnres.pages import (ablation, compare, conversion, costs, decoding, flops, machinery, options, published,
+                           recommendation, scaling, study)
 from attnres.pages.cli_help import help_block, subparsers
 
 BLOCKS = {
@@ -32,5 +32,7 @@ BLOCKS = {
     "pipeline-bytes": machinery.pipeline_bytes,
     "fit-coverage": machinery.fit_coverage,
     "variant-options": options.variant_options,
+    "decode-speed": decoding.decode_speed,
+    "first-answer": decoding.first_answer,
     **{f"cli-{name}": help_block(name) for name in subparsers()},
 }

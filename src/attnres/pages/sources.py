@@ -86,12 +86,14 @@ def code_path_words(code_path: dict | None) -> str:
 
 
 def moved_note(command: str | None, source: str) -> str:
-    """' (written to OUT, since moved)' when the command's --out is not the folder of `source`, a link
-    to the result file; empty otherwise."""
+    """' (written to OUT, since moved)' when the command's --out is neither the folder of `source` (a
+    link to the result file) nor a file in it; empty otherwise."""
     out = re.search(r"--out[ =](\S+)", command or "")
     folder = re.search(r"\((?:\.\./)*(results/[^)]*)/[^/)]+\)", source)
-    if out and folder and out.group(1).rstrip("/") != folder.group(1):
-        return f" (written to `{out.group(1)}`, since moved)"
+    if out and folder:
+        written = out.group(1).rstrip("/")
+        if written != folder.group(1) and written.rsplit("/", 1)[0] != folder.group(1):
+            return f" (written to `{out.group(1)}`, since moved)"
     return ""
 
 

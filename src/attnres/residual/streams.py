@@ -14,7 +14,9 @@ class StreamScheme(ResidualScheme):
     coefficients), X <- R_s.write(X, delta_s); hidden = R_final(X). Mixers are built as
     mixer(hidden_size, eps, num_streams=n, index=s, **options) per sub-layer, `mixer.final(...)` last.
     Any impl but "reference" takes the stream mixers' lean path (no normalised copy of the streams,
-    docs/explanation/contenders.md)."""
+    docs/explanation/contenders.md). The mixers compute in at least fp32; the streams, the sub-layers'
+    inputs and the hidden state stay in the embedding's dtype (fp32 under autocast, bf16 for a model
+    whose weights are bf16), as the standard residual does."""
 
     mode = "streams"
     policy: StreamPolicy
@@ -39,14 +41,16 @@ class StreamScheme(ResidualScheme):
 
     def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
         state.scratch = []  # the read's write coefficients, for `after`
-        return self._call(s, state.stream, state, lean=state.impl != "reference", written=state.scratch)
+        h = self._call(s, state.stream, state, lean=state.impl != "reference", written=state.scratch)
+        return h.to(state.stream.dtype)
 
     def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
-        state.stream = self.routers[s].write(state.stream, delta, state.scratch[0])
+        state.stream = self.routers[s].write(state.stream, delta, state.scratch[0]).to(state.stream.dtype)
         state.scratch = None
 
     def finish(self, state: StreamState) -> torch.Tensor:
-        return self._call(self.num_routers - 1, state.stream, state, lean=state.impl != "reference")
+        hidden = self._call(self.num_routers - 1, state.stream, state, lean=state.impl != "reference")
+        return hidden.to(state.stream.dtype)
 
     @property
     def keeps_stream(self) -> bool:

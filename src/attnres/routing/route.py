@@ -25,9 +25,9 @@ def resolve_impl(impl: str, device: torch.device, quiet: bool = False) -> str:
     """The implementation `impl` means on `device`.
 
     "auto" -> "triton" on CUDA when Triton is installed (outside torch.compile); "fused" on CPU when
-    the fused extension is already built (auto never starts a build), except when compiling without
-    gradients (a decode step): there the lean ops' plain PyTorch, which inductor fuses with the
-    neighbouring norm, decoded faster than calls of the C++ kernels (docs/explanation/fast-paths.md); else
+    the fused extension is already built (auto never starts a build), in a compiled decode step too:
+    there its kernels are single calls in the graph, which compiles in about half the time of the
+    lean ops' plain PyTorch at 1 to 5 % more time per token (docs/explanation/fast-paths.md); else
     "lean". When "auto" takes "lean" on CPU only because the extension is not built, a warning says
     so once per process, naming how to build it (not under torch.compile, nor with `quiet`: for a
     caller that will not route with the result). An explicit "fused" builds the extension if needed.
@@ -40,8 +40,7 @@ def resolve_impl(impl: str, device: torch.device, quiet: bool = False) -> str:
     if impl == "auto":  # the Triton op is opaque to torch.compile; the lean and fused custom ops trace cleanly
         if device.type == "cuda" and not torch.compiler.is_compiling() and triton_available():
             return "triton"
-        compiled_inference = torch.compiler.is_compiling() and not torch.is_grad_enabled()
-        if device.type != "cpu" or compiled_inference:
+        if device.type != "cpu":
             return "lean"
         if fused_available():
             return "fused"

@@ -57,6 +57,7 @@ class VariantRunner:
         self._generator: FastGenerator | None = None
         self._decoding = None
         self.compile_s: float | None = None
+        self.decode_bytes_per_step: int | None = None  # weights and KV cache a compiled decode step reads
 
     def _autocast(self):
         return autocast(self.device, self.precision)
@@ -94,12 +95,10 @@ class VariantRunner:
         """Untimed: prefill `batch` into a static KV cache for the compiled decode step; the first call
         also compiles the step (one step, its wall time kept as `compile_s`)."""
         if self._generator is None:
-            # Inductor's C++ wrapper (the CPU default) decodes a little faster but compiles 2-3 times
-            # longer; the bench compiles every variant, so it uses the Python wrapper.
-            options = {"cpp_wrapper": False} if self.device.type == "cpu" else None
-            self._generator = FastGenerator(self.model, compile=True, options=options)
+            self._generator = FastGenerator(self.model, compile=True)
         steps = self.decode_ids.shape[1]
         self._decoding = self._generator.start(self.batch, max_new_tokens=steps + 2, precision=self.precision)
+        self.decode_bytes_per_step = self._decoding.step_bytes
         if self._decoding.compiles:
             sync = device_sync(self.device)
             start = time.perf_counter()
