@@ -15,11 +15,12 @@ What is measured, per variant and weight dtype:
   empty inductor cache and no recorded compile times, as a new user would (fp32 only); wall time
   from start to exit, which bounds when the first token is printed, and what it decided.
 - decode tokens/s, in this process: transformers' `generate` (its eager loop, dynamic cache),
-  attnres's fixed-shape step run eagerly (`generate_fast(compile=False)`) and compiled
-  (`compile=True`). Tokens/s is (N - 1) / (t(N) - t(1)), t(K) the wall time of a call making K new
+  attnres through the same loop (`generate`, dynamic cache), attnres's fixed-shape step run eagerly
+  (`generate_fast(compile=False)`) and compiled (`compile=True`). Tokens/s is (N - 1) / (t(N) - t(1)), t(K) the wall time of a call making K new
   tokens, so prefill and the first token cancel; rounds interleave every method (machine drift
   hits all alike) after a warm-up round; medians over rounds, ratios the median of per-round
-  ratios to transformers at the same dtype.
+  ratios to transformers at the same dtype. First token: the median t(1), prefill and the choice
+  of the first token.
 - memory: bytes of weights and KV cache one step reads (`attnres.model.memory_traffic`), times
   tokens/s, against the copy bandwidth measured at the start.
 
@@ -153,6 +154,8 @@ def methods_of(models: dict, dtype: str) -> dict:
                                 m.generate(ids, max_new_tokens=new, do_sample=False), models["transformers", dtype])}
     for variant in ARGS.variants:
         model = models[variant, dtype]
+        methods[f"attnres {variant} dynamic"] = (lambda ids, new, m=model: m.generate(
+            ids, max_new_tokens=new, do_sample=False), model)
         methods[f"attnres {variant} eager"] = (lambda ids, new, m=model: m.generate_fast(
             ids, max_new_tokens=new, compile=False), model)
         methods[f"attnres {variant} compiled"] = (lambda ids, new, m=model: m.generate_fast(
@@ -163,7 +166,7 @@ def methods_of(models: dict, dtype: str) -> dict:
 def bytes_per_step(label: str, model, ids: torch.Tensor, new: int) -> int:
     """Weights and KV cache one step reads: attnres's static cache whole (its capacity), transformers'
     dynamic cache at its mean filled length."""
-    if label == "transformers":
+    if label == "transformers" or label.endswith("dynamic"):
         config = model.config
         filled = ids.shape[1] + new // 2
         element = next(model.parameters()).element_size()
@@ -177,20 +180,22 @@ def bytes_per_step(label: str, model, ids: torch.Tensor, new: int) -> int:
 def measure(models: dict, dtype: str, ids: torch.Tensor) -> dict:
     methods = methods_of(models, dtype)
     samples = {label: [] for label in methods}
+    first = {label: [] for label in methods}
     tokens = {}
     for round_index in range(ARGS.repeats + 1):  # round 0: warm-up (compiles, from the cache)
         for label, (method, _) in methods.items():
             t_one = timed(method, ids, 1)
             t_all = timed(method, ids, ARGS.new_tokens)
             if round_index:
+                first[label].append(t_one)
                 samples[label].append((ARGS.new_tokens - 1) / (t_all - t_one) if t_all > t_one else float("nan"))
         if round_index:
             print(f"{dtype} round {round_index}/{ARGS.repeats}: "
                   + ", ".join(f"{label} {rates[-1]:.1f}" for label, rates in samples.items()), flush=True)
     for label, (_, model) in methods.items():
         with torch.no_grad():
-            out = (model.generate(ids, max_new_tokens=ARGS.new_tokens, do_sample=False) if label == "transformers"
-                   else model.generate_fast(ids, max_new_tokens=ARGS.new_tokens,
+            out = (model.generate(ids, max_new_tokens=ARGS.new_tokens, do_sample=False)
+                   if label == "transformers" or label.endswith("dynamic") else model.generate_fast(ids, max_new_tokens=ARGS.new_tokens,
                                             compile=label.endswith("compiled")).sequences)
         tokens[label] = out[0, ids.shape[1]:].tolist()
     base = samples["transformers"]
@@ -198,7 +203,7 @@ def measure(models: dict, dtype: str, ids: torch.Tensor) -> dict:
     for label, rates in samples.items():
         step_bytes = bytes_per_step(label, methods[label][1], ids, ARGS.new_tokens)
         rate = statistics.median(rates)
-        rows[label] = {"tokens_per_s": rate, "samples": rates,
+        rows[label] = {"tokens_per_s": rate, "samples": rates, "first_token_s": statistics.median(first[label]),
                        "ratio_to_transformers": statistics.median(r / b for r, b in zip(rates, base)),
                        "bytes_per_step": step_bytes, "gb_per_s": step_bytes * rate / 1e9,
                        "same_tokens_as_transformers": tokens[label] == tokens["transformers"]}

@@ -22,12 +22,17 @@ def _emulated_note(results: dict) -> str:
     return ""
 
 
+def _rate(row: dict | None) -> str:
+    return "-" if row is None else f"{row['tokens_per_s']:.1f}"
+
+
 def decode_speed(ctx) -> str:
-    """Per variant and weight dtype: tokens/s of transformers, attnres eager and compiled, the compile
-    times, and the memory traffic of the compiled step against the measured copy bandwidth."""
+    """Two tables per variant and weight dtype: tokens/s of transformers and of attnres through
+    transformers' loop, its static step eager and compiled; then the compile times, the first
+    token's latency and the memory traffic against the measured copy bandwidth."""
     results = ctx.results.json(SPEED)
     limit = results["copy_bandwidth_gb_s"]
-    rows = []
+    speed, costs = [], []
     for dtype, methods in results["decode"].items():
         base = methods["transformers"]
         for variant, label in LABELS.items():
@@ -35,21 +40,27 @@ def decode_speed(ctx) -> str:
             if eager is None:
                 continue
             times = results["compile"][f"{variant} {dtype}"]
-            rows.append([label, dtype, f"{base['tokens_per_s']:.1f}", f"{eager['tokens_per_s']:.1f}",
-                         f"{compiled['tokens_per_s']:.1f}", f"{compiled['ratio_to_transformers']:.2f}x",
-                         f"{times['cold_compile_s']:.0f} s / {times['warm_compile_s']:.1f} s",
-                         _bandwidth(eager, limit), _bandwidth(compiled, limit)])
-    header = ["variant", "weights", "transformers tokens/s", "attnres eager", "attnres compiled",
-              "compiled / transformers", "compile cold / warm", "eager GB/s (of copy)", "compiled GB/s (of copy)"]
+            speed.append([label, dtype, _rate(base), _rate(methods.get(f"attnres {variant} dynamic")), _rate(eager),
+                          _rate(compiled), f"{compiled['ratio_to_transformers']:.2f}x"])
+            first = [row.get("first_token_s") for row in (base, eager)]
+            costs.append([label, dtype, f"{times['cold_compile_s']:.0f} s / {times['warm_compile_s']:.1f} s",
+                          "-" if None in first else f"{1e3 * first[0]:.0f} / {1e3 * first[1]:.0f} ms",
+                          _bandwidth(eager, limit), _bandwidth(compiled, limit)])
+    speed_header = ["variant", "weights", "transformers", "attnres, transformers' loop", "attnres, static step",
+                    "attnres, compiled step", "compiled / transformers"]
+    costs_header = ["variant", "weights", "compile cold / warm", "first token: transformers / attnres",
+                    "GB/s, static step (of copy)", "GB/s, compiled (of copy)"]
     differ = sorted(f"{label} ({dtype})" for dtype, methods in results["decode"].items()
                     for label, row in methods.items() if not row["same_tokens_as_transformers"])
     tokens = (f"Greedy tokens differ from transformers' for {', '.join(differ)}." if differ else
               "Every attnres method gave transformers' greedy tokens.")
-    note = (f"Greedy, {results['prompt_tokens']}-token prompt, {results['new_tokens']} new tokens, median of "
-            f"{results['repeats']} interleaved rounds; transformers runs its own loop with its dynamic cache. "
-            f"Memory: weights and KV cache read per step x tokens/s, against a {limit:.1f} GB/s tensor copy "
-            f"measured in the same run. {tokens} {_emulated_note(results)}").strip()
-    return "\n\n".join([table(header, rows), note, provenance(results, ctx.source(SPEED))])
+    note = (f"Decode tokens/s, greedy, {results['prompt_tokens']}-token prompt, {results['new_tokens']} new "
+            f"tokens, median of {results['repeats']} interleaved rounds; transformers' loop grows a dynamic "
+            f"cache. First token: prefill and the first choice, as the static step does it. Memory: weights "
+            f"and KV cache read per step x tokens/s, against a {limit:.1f} GB/s tensor copy measured in the "
+            f"same run. {tokens} {_emulated_note(results)}").strip()
+    return "\n\n".join([table(speed_header, speed), table(costs_header, costs), note,
+                         provenance(results, ctx.source(SPEED))])
 
 
 def first_answer(ctx) -> str:
@@ -62,5 +73,6 @@ def first_answer(ctx) -> str:
             decided = "compiled" if entry["compiled"] else "eager (the compile would not pay)"
             rows.append([label, f"{entry['wall_s']:.1f} s", decided])
     command = next(iter(results["first_answer"].values()))["command"]
-    header = ["variant", f"`{command}`, from start to exit, empty caches", "decode step"]
-    return "\n\n".join([table(header, rows), provenance(results, ctx.source(SPEED))])
+    header = ["variant", "start to exit", "decode step"]
+    return "\n\n".join([f"`{command}`, with an empty inductor cache and no recorded compile times:",
+                         table(header, rows), provenance(results, ctx.source(SPEED))])
