@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from attnres.data import DataConfig
-from attnres.model import ModelConfig
+from attnres.model import ModelConfig, MoEConfig
 from attnres.pages.cli_help import subparsers
 from attnres.pages.markers import find_blocks
 from attnres.residual import VARIANTS
@@ -24,7 +24,7 @@ def documented_fields(page: str, heading: str) -> list[str]:
     return re.findall(r"^\| `([a-z_0-9]+)` \|", text, flags=re.MULTILINE)
 
 
-@pytest.mark.parametrize("config", [ModelConfig, DataConfig, TrainConfig, RunConfig, PipelineSettings])
+@pytest.mark.parametrize("config", [ModelConfig, MoEConfig, DataConfig, TrainConfig, RunConfig, PipelineSettings])
 def test_every_config_field_is_documented_once(config):
     fields = [f.name for f in dataclasses.fields(config)]
     documented = documented_fields("config.md", config.__name__)

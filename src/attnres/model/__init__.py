@@ -5,6 +5,9 @@ from attnres.model.config import RESIDUALS, ConfigError, ModelConfig, valid_num_
 from attnres.model.decoder import AttnResLM, CausalLMOutput, next_token_loss
 from attnres.model.generation import FastGenerator, GenerationResult, Sampling
 from attnres.model.init import init_module
+from attnres.model.moe import MixtureOfExperts
+from attnres.model.moe_config import MoEConfig
 
 __all__ = ["RESIDUALS", "AttnResLM", "KVCache", "CausalLMOutput", "ConfigError", "FastGenerator", "GenerationResult",
-           "ModelConfig", "Sampling", "StaticKVCache", "init_module", "next_token_loss", "valid_num_blocks"]
+           "MixtureOfExperts", "ModelConfig", "MoEConfig", "Sampling", "StaticKVCache", "init_module",
+           "next_token_loss", "valid_num_blocks"]

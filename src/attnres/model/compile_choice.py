@@ -2,8 +2,9 @@
 
 On a GPU a compile of about a minute is repaid within seconds; on a few CPU cores it is repaid
 only after hundreds or thousands of tokens (a cold compile of converted SmolLM2-135M Block AttnRes
-takes about 40 s on 2 Intel Xeon cores, to decode at 1.3 to 1.5 times the eager step's speed). So with `compile="auto"` a generation first times a few steps of
-the eager fixed-shape step, then compiles only if
+takes about 40 s on 2 Intel Xeon cores, to decode at 1.3 to 1.5 times the eager step's speed). So
+with `compile="auto"` a generation first times a few steps of the eager fixed-shape step, then
+compiles only if
 
     expected compile seconds  <  steps left x eager step seconds x (1 - 1 / expected speed-up)
 

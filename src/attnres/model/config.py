@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 
 from attnres.common.checks import check_bool, check_int, check_positive_number
 from attnres.common.errors import InputError
+from attnres.model.moe_config import MoEConfig
 from attnres.residual import VARIANTS, VariantOptions, resolve_options, valid_num_blocks, variant_label
 from attnres.residual.legacy import upgrade_model_fields
 
@@ -32,6 +33,8 @@ class ModelConfig:
     its options (`VARIANTS[residual].options`, a frozen dataclass; docs/reference/config.md lists
     every variant's), given as that object, a dict of its fields, or None for the defaults, and
     stored as the object. Block AttnRes and Delta Block need `num_blocks`.
+    `moe`: a mixture-of-experts feed-forward (`attnres.model.moe_config.MoEConfig`, or a dict of
+    its fields) in every layer from `moe.dense_layers` on; None: the dense SwiGLU everywhere.
     `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
     keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
     How routing is computed (the routing implementation and chunk size) is not part of the model:
@@ -45,6 +48,7 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int | None = None
     intermediate_size: int
+    moe: MoEConfig | dict | None = None
     residual: str = "standard"
     residual_options: VariantOptions | dict | None = None
     tie_embeddings: bool = True
@@ -76,6 +80,15 @@ class ModelConfig:
             check_positive_number(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
         for name in ("tie_embeddings", "qk_norm", "attention_bias"):
             check_bool(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
+        if self.moe is not None:
+            try:
+                moe = MoEConfig.from_dict(self.moe)
+            except InputError as error:
+                raise ConfigError(f"ModelConfig.moe: {error}") from None
+            if moe.dense_layers > self.num_layers:
+                raise ConfigError(f"ModelConfig.moe: dense_layers must be from 0 to num_layers={self.num_layers}, "
+                                  f"got {moe.dense_layers}")
+            object.__setattr__(self, "moe", moe)
         options = resolve_options(self.residual, self.residual_options, self.num_layers, prefix="ModelConfig.",
                                   error=ConfigError)
         object.__setattr__(self, "residual_options", options)

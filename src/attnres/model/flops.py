@@ -5,7 +5,8 @@ Counted as 2 FLOPs per multiply-add of a contraction, forward; training is three
 size). Per token of a T-token sequence, with L layers, D hidden, H query heads and K KV heads of
 size d_h, F the FFN width and V the vocabulary:
 
-    linear     = 2 L (2 D H d_h + 2 D K d_h + 3 D F)     q, o; k, v; gate, up, down
+    linear     = 2 L (2 D H d_h + 2 D K d_h + 3 D F)     q, o; k, v; gate, up, down (a mixture of
+                                                         experts: its router and k experts of width F)
     attention  = 4 L T H d_h                             Q K^T and A V over all T keys
     head       = 2 D V                                   the LM head (tied or not)
     mixing     = sum over the model's depth mixers of `DepthMixer.flops_per_token(n_sources)`
@@ -26,6 +27,7 @@ from torch import nn
 from attnres.common.errors import InputError
 from attnres.model.config import ModelConfig
 from attnres.model.decoder import AttnResLM
+from attnres.model.moe import MixtureOfExperts
 
 TRAINING_MULTIPLIER = 3  # forward + backward (input and weight gradients)
 
@@ -68,8 +70,10 @@ class FlopsPerToken:
 
 
 def _linear_flops(module: nn.Module) -> int:
-    """2 in x out per token for every nn.Linear inside `module` (bias adds are not counted)."""
-    return sum(2 * m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
+    """2 in x out per token for every nn.Linear inside `module` (bias adds are not counted), plus a
+    mixture of experts' router and the k experts a token is routed to (active parameters only)."""
+    return sum(2 * m.in_features * m.out_features if isinstance(m, nn.Linear) else m.routed_flops_per_token()
+               for m in module.modules() if isinstance(m, (nn.Linear, MixtureOfExperts)))
 
 
 def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPerToken:

@@ -208,8 +208,9 @@ class FastGenerator:
     a few eager steps are timed first, the compile time is the one measured on this machine, kept
     in `times`, else a prior), printing one line through `log` before a compile starts.
     mode: a torch.compile mode (one of `MODES`) or None for the device's default (`DEFAULT_MODES`;
-    on CPU with inductor, also `CPU_OPTIONS`, or `CPU_BF16_OPTIONS` for a step computing in bf16). options: inductor options (torch.compile's
-    `options`, e.g. {"cpp_wrapper": True}) instead of a mode; None: the device's default.
+    on CPU with inductor, also `CPU_OPTIONS`, or `CPU_BF16_OPTIONS` for a step computing in bf16).
+    options: inductor options (torch.compile's `options`, e.g. {"cpp_wrapper": True}) instead of a
+    mode; None: the device's default.
     backend: torch.compile's backend, a name or a callable ("inductor"; tests use "aot_eager", which
     traces the same graph without generating code). The model's weights are read at every step
     (nothing is frozen into the compiled code), so a generator stays valid when the weights change
@@ -278,6 +279,10 @@ class FastGenerator:
         model = self.model
         device = model.embed_tokens.weight.device
         _check_inputs(model, input_ids, attention_mask, max_new_tokens, min_new_tokens, precision, device)
+        if self.compile is True and model.config.moe is not None:
+            raise InputError("the decode step of a mixture-of-experts model is not compiled yet (its dispatch reads "
+                             "the experts' row counts to the host, a graph break); decode it eagerly "
+                             "(FastGenerator(compile=False) or 'auto', attnres generate --no-compile)")
         if self.compile is True and self.backend == "inductor" and device.type == "cpu":
             require_inductor_compiler("the decode step", "decode without compiling (FastGenerator(compile=False), "
                                       "generate(..., disable_compile=True), attnres generate --no-compile)")
@@ -465,6 +470,9 @@ class Decoding:
         eager_step_s, auto = min(times), self.auto
         if not auto.can_compile():
             self.compile_choice = "eager: inductor has no C++ compiler here"
+            return eager_step_s
+        if auto.generator.model.config.moe is not None:
+            self.compile_choice = "eager: a mixture-of-experts step is not compiled yet"
             return eager_step_s
         estimate = auto.times_store().estimate(auto.key, auto.generator.model.config.num_sublayers)
         where = "measured on this machine" if estimate.measured else "a first estimate"

@@ -1,4 +1,5 @@
-"""Qwen3-architecture sub-layers: rotary embedding, grouped-query attention, SwiGLU MLP.
+"""Qwen3-architecture sub-layers: rotary embedding, grouped-query attention, and the decoder layer that pairs
+attention with a feed-forward (the SwiGLU `MLP` of mlp.py, or the mixture of experts of moe.py).
 
 Sub-layers know nothing of residuals: each maps a normalised input to its output delta; the
 residual scheme decides what they see and where their outputs go. Parameter names follow
@@ -12,6 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnres.model.config import ModelConfig
+from attnres.model.mlp import MLP
+from attnres.model.moe import MixtureOfExperts
 from attnres.norm import RMSNorm
 
 
@@ -122,29 +125,19 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
 
 
-class MLP(nn.Module):
-    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
-
-    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, D) -> (B, T, D)."""
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 class DecoderLayer(nn.Module):
-    """One transformer layer = two sub-layers, each with its pre-norm: attention, then MLP."""
+    """One transformer layer = two sub-layers, each with its pre-norm: attention, then the feed-forward
+    (the dense SwiGLU `MLP`, or from `config.moe.dense_layers` on a `MixtureOfExperts`)."""
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, index: int = 0) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
         self.self_attn = Attention(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
-        self.mlp = MLP(config.hidden_size, config.intermediate_size)
+        if config.moe is not None and index >= config.moe.dense_layers:
+            self.mlp = MixtureOfExperts(config.hidden_size, config.moe)
+        else:
+            self.mlp = MLP(config.hidden_size, config.intermediate_size)
 
     def attention_delta(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache=None,
                         layer_idx: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
