@@ -86,13 +86,15 @@ class RoutedExperts(nn.Module):
         order = flat.argsort(stable=True)
         rows = order // k  # the token of each sorted (token, expert) pair
         counts = torch.bincount(flat, minlength=self.num_experts).tolist()
-        routed = x.index_select(0, rows)
-        outputs, start = [], 0
+        # split and unbind, not slices and indexing: their backward joins the pieces once, where a
+        # slice's or an index's backward would write a zero tensor of the whole per expert
+        routed = x.index_select(0, rows).split(counts)
+        gate_up, down = self.gate_up_proj.unbind(0), self.down_proj.unbind(0)
+        outputs = []
         for expert, count in enumerate(counts):
             if count:
-                gate, up = F.linear(routed[start:start + count], self.gate_up_proj[expert]).chunk(2, dim=-1)
-                outputs.append(F.linear(F.silu(gate) * up, self.down_proj[expert]))
-            start += count
+                gate, up = F.linear(routed[expert], gate_up[expert]).chunk(2, dim=-1)
+                outputs.append(F.linear(F.silu(gate) * up, down[expert]))
         scaled = torch.cat(outputs) * weights.flatten().index_select(0, order)[:, None]
         return torch.zeros_like(x).index_add_(0, rows, scaled)
 
