@@ -27,6 +27,15 @@ def test_diagnostics_are_logged_every_n_steps(write_config, residual, num_blocks
             assert "diag/max_weight" not in record
 
 
+def test_a_mixture_of_experts_run_logs_its_expert_imbalance(write_config):
+    path, run = write_config(steps=2, diagnostics_every=2, checkpoint_every=2)
+    moe = "model.moe={num_experts: 4, experts_per_token: 2, expert_size: 16, dense_layers: 1}"
+    result = train(load_run_config(path, [moe]))
+    record = next(r for r in read_metrics(result.run_dir) if "diag/hidden_rms" in r)
+    assert len(record["diag/expert_imbalance"]) == 1  # 2 layers, the first dense
+    assert 1.0 <= record["diag/expert_imbalance_max"] <= 4.0
+
+
 def test_off_by_default_and_validated():
     assert TrainConfig().diagnostics_every is None
     with pytest.raises(TrainConfigError, match="diagnostics_every must be a positive integer"):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from attnres.analysis import collect_depth_stats, collect_grad_norms, summarize_max_weights
+from attnres.analysis import (collect_depth_stats, collect_expert_loads, collect_grad_norms, load_imbalance,
+                              summarize_max_weights)
 from attnres.model import AttnResLM
 
 
@@ -14,7 +15,10 @@ def routing_diagnostics(model: AttnResLM, batches: list[torch.Tensor]) -> dict:
     Per-depth lists (JSONL; TensorBoard gets one scalar per depth): `diag/max_weight`,
     `diag/entropy`, `diag/effective_sources` per router; `diag/hidden_rms` per sub-layer input and
     the final hidden state; `diag/grad_rms` per sub-layer output. Scalars: `diag/max_weight_deep`
-    (mean over the deepest third of routers) and `diag/entropy_mean`. The model is left as found.
+    (mean over the deepest third of routers) and `diag/entropy_mean`. A mixture-of-experts model
+    also gets `diag/expert_imbalance` per MoE layer (largest expert load over the mean,
+    `attnres.analysis.expert_load`) and its largest, `diag/expert_imbalance_max`. The model is left
+    as found.
     """
     stats = collect_depth_stats(model, batches)
     record = {"diag/hidden_rms": stats.hidden_rms, "diag/grad_rms": collect_grad_norms(model, batches)}
@@ -23,4 +27,7 @@ def routing_diagnostics(model: AttnResLM, batches: list[torch.Tensor]) -> dict:
                        "diag/effective_sources": stats.effective_sources,
                        "diag/max_weight_deep": summarize_max_weights(stats.max_weight)["max_weight_deep"],
                        "diag/entropy_mean": sum(stats.entropy) / len(stats.entropy)})
+    imbalance = [load_imbalance(loads) for loads in collect_expert_loads(model, batches)]
+    if imbalance:
+        record.update({"diag/expert_imbalance": imbalance, "diag/expert_imbalance_max": max(imbalance)})
     return record
