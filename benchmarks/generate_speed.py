@@ -69,11 +69,10 @@ import transformers  # noqa: E402
 
 import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.common.machine import machine_info  # noqa: E402
+from attnres.common.precision import WEIGHT_DTYPES  # noqa: E402
 from attnres.hf.export import convert_to_hf  # noqa: E402
-from attnres.routing import resolve_impl  # noqa: E402
 from attnres.model.memory_traffic import cache_bytes_per_step, copy_bandwidth_gb_s, weight_bytes_per_step  # noqa: E402
-
-TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+from attnres.routing import resolve_impl  # noqa: E402
 
 
 def converted_dir(gguf: Path, work: Path, residual: str, num_blocks: int | None) -> Path:
@@ -96,7 +95,7 @@ def no_end_token(model) -> None:
 def child_compile(path: str, dtype: str) -> None:
     """In a child process: load `path`, compile its decode step, print {"compile_s", ...} as JSON."""
     torch.set_num_threads(ARGS.threads)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=TORCH_DTYPES[dtype]).eval()
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=WEIGHT_DTYPES[dtype]).eval()
     no_end_token(model)
     ids = torch.tensor([[1, 504, 2821, 282, 260, 3575, 282, 8585, 6010]])
     result = model.generate_fast(ids, max_new_tokens=4, compile=True)
@@ -238,10 +237,10 @@ def main() -> None:
     results = {}
     for dtype in ARGS.dtypes:
         models = {("transformers", dtype): transformers.AutoModelForCausalLM.from_pretrained(
-            str(gguf.parent), gguf_file=gguf.name, dtype=TORCH_DTYPES[dtype]).eval()}
+            str(gguf.parent), gguf_file=gguf.name, dtype=WEIGHT_DTYPES[dtype]).eval()}
         for name in ARGS.variants:
             models[name, dtype] = transformers.AutoModelForCausalLM.from_pretrained(
-                paths[name], dtype=TORCH_DTYPES[dtype]).eval()
+                paths[name], dtype=WEIGHT_DTYPES[dtype]).eval()
         for model in models.values():
             no_end_token(model)
         results[dtype] = measure(models, dtype, ids)

@@ -116,13 +116,11 @@ def _parse_shard(text: str | None) -> tuple[int, int]:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    import torch
-
+    from attnres.common.config_files import parse_assignment
+    from attnres.common.precision import WEIGHT_DTYPES
     from attnres.hf.export import convert_to_hf
 
-    from attnres.common.config_files import parse_assignment
-
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    dtype = WEIGHT_DTYPES[args.dtype]
     options = dict(parse_assignment(item, "--option", "NAME=VALUE (e.g. num_blocks=4)") for item in args.option)
     out, model = convert_to_hf(args.source, args.out, residual=args.residual, residual_options=options, dtype=dtype,
                                max_seq_len=args.max_seq_len)
@@ -153,6 +151,7 @@ def _generate(args: argparse.Namespace) -> int:
     from attnres.common.checks import check_int
     from attnres.common.errors import InputError
     from attnres.common.machine import cpu_has_native_bf16
+    from attnres.common.precision import WEIGHT_DTYPES
     from attnres.hf.fast_generation import load_model_dir
     from attnres.model.memory_traffic import copy_bandwidth_gb_s
 
@@ -162,7 +161,7 @@ def _generate(args: argparse.Namespace) -> int:
         raise InputError("--prompt must be a non-empty text")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    dtype = WEIGHT_DTYPES[args.dtype]
     model, tokenizer = load_model_dir(args.model, args.device, dtype)
     model.set_routing(args.routing_impl)
     if args.dtype == "bf16" and args.device == "cpu" and not cpu_has_native_bf16():

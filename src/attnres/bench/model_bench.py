@@ -14,6 +14,7 @@ import torch
 from attnres.bench.config import BASELINE, BenchConfig
 from attnres.common.timing import Task, ratio, run_interleaved
 from attnres.model import ModelConfig
+from attnres.model.memory_traffic import GB
 from attnres.train.cost import VariantRunner, device_sync, memory_ratios, release_memory
 
 
@@ -93,7 +94,7 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
             results[name]["decode_compile_s"] = runner.compile_s
             results[name]["decode_compiled_bytes_per_step"] = runner.decode_bytes_per_step
             results[name]["decode_compiled_gb_per_s"] = (
-                runner.decode_bytes_per_step / timings[f"{name}/decode_compiled"].median / 1e9)
+                runner.decode_bytes_per_step / timings[f"{name}/decode_compiled"].median / GB)
     base = results[BASELINE]
     for name, row in results.items():
         row["ratios"] = {

@@ -7,6 +7,7 @@ import contextlib
 import torch
 
 PRECISIONS = ("bf16", "fp32")
+WEIGHT_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}  # --dtype of convert and generate
 
 
 def autocast_dtype(precision: str) -> torch.dtype | None:

@@ -42,9 +42,10 @@ from attnres.common.errors import InputError
 from attnres.common.precision import PRECISIONS, autocast
 from attnres.common.toolchain import inductor_compiler, require_inductor_compiler
 from attnres.model.cache import StaticKVCache
-from attnres.model.compile_choice import PROBE_STEPS, CompileTimes, compile_pays, saved_seconds, shape_key
+from attnres.model.compile_choice import (PROBE_STEPS, CompileEstimate, CompileTimes, compile_pays, saved_seconds,
+                                          shape_key)
 from attnres.model.decoder import AttnResLM
-from attnres.model.memory_traffic import decode_bytes_per_step
+from attnres.model.memory_traffic import GB, decode_bytes_per_step
 
 # torch.compile mode of the decode step per device type (docs/explanation/fast-paths.md). CUDA: CUDA graphs
 # replay the whole step with one launch. CPU: inductor's default mode and its default Python wrapper
@@ -59,7 +60,8 @@ CPU_OPTIONS: dict = {}  # options={"cpp_wrapper": True} asks for the C++ wrapper
 # vectorises, widening each weight in registers: converted SmolLM2-135M Block AttnRes in bf16 decoded
 # 1.4 times as fast (50.4 against 36.1 tokens/s on 2 Intel Xeon cores), for a compile of 48 s
 # instead of 40 s. In fp32 it changed nothing but the compile time, so fp32 steps go without it.
-CPU_BF16_OPTIONS = {"post_grad_fusion_options": {"decompose_mm_pass": {"cpu_max_other_dimension_decomposition": 2**31}}}
+CPU_BF16_OPTIONS = {"post_grad_fusion_options": {
+    "decompose_mm_pass": {"cpu_max_other_dimension_decomposition": 2**31}}}
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CAPACITY_STEP = 64  # cache capacities are rounded up to a multiple of this, so nearby lengths share a graph
 
@@ -132,7 +134,7 @@ class GenerationResult:
         read per second; nan when no step was timed."""
         if self.decode_steps == 0 or self.decode_s <= 0:
             return math.nan
-        return self.decode_bytes_per_step * self.decode_steps / self.decode_s / 1e9
+        return self.decode_bytes_per_step * self.decode_steps / self.decode_s / GB
 
 
 def choose_next(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -423,11 +425,10 @@ class Decoding:
         compile_s = 0.0
         if self.compiles and self.steps_run < self.max_new_tokens and not self.all_finished():
             if not self.decides and self.auto is not None:  # a forced compile says what it costs, too
-                auto = self.auto
-                estimate = auto.times_store().estimate(auto.key, auto.generator.model.config.num_sublayers)
-                where = "measured on this machine" if estimate.measured else "a first estimate"
-                auto.generator.log(f"compiling the decode step: about {estimate.compile_s:.0f} s ({where}); the "
-                                   f"compiled code is cached for later runs (--no-compile or compile=False skips it)")
+                estimate, where = self.auto.estimate()
+                self.auto.generator.log(f"compiling the decode step: about {estimate.compile_s:.0f} s ({where}); "
+                                        f"the compiled code is cached for later runs (--no-compile or compile=False "
+                                        f"skips it)")
             begin = time.perf_counter()
             self.step()
             _sync(self.device)
@@ -474,8 +475,7 @@ class Decoding:
         if auto.generator.model.config.moe is not None:
             self.compile_choice = "eager: a mixture-of-experts step is not compiled yet"
             return eager_step_s
-        estimate = auto.times_store().estimate(auto.key, auto.generator.model.config.num_sublayers)
-        where = "measured on this machine" if estimate.measured else "a first estimate"
+        estimate, where = auto.estimate()
         saves = saved_seconds(estimate, eager_step_s, left)
         if not compile_pays(estimate, eager_step_s, left):
             self.compile_choice = (f"eager: compiling would take about {estimate.compile_s:.0f} s ({where}) and save "
@@ -534,6 +534,11 @@ class _AutoCompile:
 
     def can_compile(self) -> bool:
         return not (self.generator.backend == "inductor" and self.device.type == "cpu" and inductor_compiler() is None)
+
+    def estimate(self) -> tuple[CompileEstimate, str]:
+        """The expected compile of this shape, and where the figure comes from (for the line that says so)."""
+        estimate = self.times_store().estimate(self.key, self.generator.model.config.num_sublayers)
+        return estimate, "measured on this machine" if estimate.measured else "a first estimate"
 
     def times_store(self) -> CompileTimes:
         if self.generator.times is None:

@@ -38,11 +38,7 @@ def weight_bytes_per_step(model: nn.Module, batch: int = 1) -> int:
     table = getattr(embedding, "weight", None)
     shared = head is not None and getattr(head, "weight", None) is table
     total = 0
-    seen: set[int] = set()
-    for parameter in model.parameters():
-        if id(parameter) in seen:
-            continue
-        seen.add(id(parameter))
+    for parameter in model.parameters():  # a tied weight comes once
         if parameter is table and not shared:
             total += batch * parameter.shape[1] * parameter.element_size()
         else:

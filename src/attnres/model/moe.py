@@ -36,6 +36,7 @@ from torch import nn
 from attnres.model.mlp import MLP
 from attnres.model.moe_config import MoEConfig
 
+
 class ExpertRouter(nn.Module):
     """Scores and picks experts (module doc): weight (E, D); `score_bias` (E,) buffer where configured."""
 

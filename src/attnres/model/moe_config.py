@@ -81,8 +81,3 @@ class MoEConfig:
         if unknown:
             raise InputError(f"MoEConfig: unknown field(s) {unknown}; allowed fields: {sorted(known)}")
         return cls(**values)
-
-    def active_parameters_per_token(self, hidden_size: int) -> int:
-        """Weights one token's feed-forward multiplies by: k routed experts, the shared ones, the router."""
-        swiglu = 3 * hidden_size * self.expert_size
-        return (self.experts_per_token + self.shared_experts) * swiglu + self.num_experts * hidden_size
