@@ -375,3 +375,26 @@ def test_stability_text_follows_the_presets_settings(tmp_path):
     assert "previous 8 steps" in section and "5 × the previous 8 steps' median" in section
     assert "train.grad_clip is null" in section and "from step 9 on" in section
     assert table_row(section, "standard") == ["standard", "1", "0", "50.0%"]
+
+
+def test_expert_balance_section_shows_the_largest_imbalance_per_seed_and_by_layer(tmp_path):
+    results = make_results()
+    # two MoE layers of 4 experts; seed 0: imbalances 1.2 and 2.0, seed 1: 1.0 and 1.6
+    loads = [[[0.3, 0.25, 0.25, 0.2], [0.5, 0.2, 0.2, 0.1]], [[0.25, 0.25, 0.25, 0.25], [0.4, 0.3, 0.2, 0.1]]]
+    for variant in results["variants"][:2]:
+        for run, load in zip(variant["runs"], loads, strict=True):
+            run["expert_load"] = load
+    summary = summarize(results)
+    assert summary["standard"]["expert_imbalance_by_seed"] == pytest.approx([2.0, 1.6])
+    assert summary["standard"]["expert_imbalance_mean"] == pytest.approx(1.8)
+    assert summary["standard"]["expert_imbalance_by_layer"] == pytest.approx([1.1, 1.8])
+    assert summary[ODD_NAME]["expert_imbalance_mean"] is None  # a dense variant
+    write_report(copy.deepcopy(results), tmp_path)
+    section = (tmp_path / "report.md").read_text().split("## Expert balance", 1)[1].split("## Figures", 1)[0]
+    assert table_row(section, "standard") == ["standard", "1.80 (2.00, 1.60)", "1.10, 1.80"]
+    assert "| delta" not in section
+
+
+def test_a_comparison_without_experts_has_no_expert_section(report):
+    _, out, _ = report
+    assert "Expert balance" not in (out / "report.md").read_text()

@@ -33,6 +33,7 @@ def test_a_mixture_of_experts_run_logs_its_expert_imbalance(write_config):
     result = train(load_run_config(path, [moe]))
     record = next(r for r in read_metrics(result.run_dir) if "diag/hidden_rms" in r)
     assert len(record["diag/expert_imbalance"]) == 1  # 2 layers, the first dense
+    assert len(record["diag/expert_load"][0]) == 4 and sum(record["diag/expert_load"][0]) == pytest.approx(1.0)
     assert 1.0 <= record["diag/expert_imbalance_max"] <= 4.0
 
 

@@ -56,3 +56,17 @@ def check_bool(value: object, name: str, *, error: type[Exception] = InputError,
     if not isinstance(value, bool):
         words = "true or false" if yaml else "True or False"
         raise error(f"{name} must be {words}, got {value!r}")
+
+
+def dataclass_from_dict(cls, values, name: str):
+    """`cls` (a frozen options dataclass) from itself or a dict of its fields; InputError naming
+    unknown fields and the allowed ones."""
+    if isinstance(values, cls):
+        return values
+    if not isinstance(values, dict):
+        raise InputError(f"{name} must be a mapping of {cls.__name__} fields, got {type(values).__name__}")
+    known = set(cls.__dataclass_fields__)
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise InputError(f"{cls.__name__}: unknown field(s) {unknown}; allowed fields: {sorted(known)}")
+    return cls(**values)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from attnres.analysis import collect_depth_stats
+from attnres.analysis import collect_depth_stats, collect_expert_loads
 from attnres.checkpoint import checkpoint_dirs
 from attnres.common.atomic import write_atomic
 from attnres.common.errors import InputError
@@ -168,6 +168,7 @@ def _run_record(run, result, seed: int, device: str) -> dict:
     cfg = run.train
     val = [b.to(device) for b in eval_batches(result.data.val_tokens, cfg.seq_len, cfg.batch_size, cfg.eval_batches)]
     step_time = statistics.median(times)
+    expert_load = collect_expert_loads(result.model, val)
     return {
         "seed": seed,
         "run_dir": str(result.run_dir),
@@ -179,4 +180,6 @@ def _run_record(run, result, seed: int, device: str) -> dict:
         "tokens": cfg.steps * cfg.tokens_per_step,
         "depth_stats": collect_depth_stats(result.model, val).to_dict(),
         "stability": run_totals(records),  # loss / gradient-norm spikes and clipping over the whole run
+        # per mixture-of-experts layer, each expert's share of the held-out assignments (no key without experts)
+        **({"expert_load": expert_load} if expert_load else {}),
     }

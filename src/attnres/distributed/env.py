@@ -96,6 +96,14 @@ def all_reduce_sum(value: float) -> float:
     return float(tensor)
 
 
+def all_reduce_tensor_sum(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` summed over ranks, in place and returned (itself in a single process). Every rank must
+    call it with a tensor of the same shape and dtype."""
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(tensor)
+    return tensor
+
+
 def broadcast_value(value: float, src: int) -> float:
     """Rank `src`'s `value` on every rank (itself in a single process); the others' values are ignored."""
     if not (dist.is_available() and dist.is_initialized()):

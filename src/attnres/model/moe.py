@@ -45,6 +45,9 @@ class ExpertRouter(nn.Module):
         self.config = config
         self.weight = nn.Parameter(torch.empty(config.num_experts, hidden_size))
         self.register_buffer("score_bias", torch.zeros(config.num_experts) if config.score_bias else None)
+        # Assignments per expert since the last bias update (attnres.model.moe_balance), counted in
+        # training only. A plain attribute, not a buffer: never saved, never on a meta device.
+        self.step_loads: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (N, D) -> (weights (N, k) in x's dtype, experts (N, k) long, scores (N, E) fp32 or wider)."""
@@ -63,6 +66,11 @@ class ExpertRouter(nn.Module):
             eligible = torch.zeros_like(group_score, dtype=torch.bool).scatter_(1, kept, True)
             choice = grouped.masked_fill(~eligible[..., None], -math.inf).flatten(1)
         experts = choice.topk(c.experts_per_token, dim=-1, sorted=not deepseek).indices
+        if self.training:
+            counts = torch.zeros(c.num_experts, dtype=torch.float64, device=experts.device)
+            counts.index_add_(0, experts.flatten(), torch.ones(experts.numel(), dtype=counts.dtype,
+                                                                device=experts.device))
+            self.step_loads = counts if self.step_loads is None else self.step_loads + counts
         weights = scores.gather(1, experts)
         if c.normalize_top_k:
             weights = weights / weights.sum(dim=-1, keepdim=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number
+from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, dataclass_from_dict
 from attnres.common.errors import InputError
 
 SCORINGS = ("softmax", "sigmoid")
@@ -72,12 +72,4 @@ class MoEConfig:
     @classmethod
     def from_dict(cls, values: "MoEConfig | dict") -> "MoEConfig":
         """A MoEConfig from itself or a dict of its fields; InputError naming unknown fields."""
-        if isinstance(values, cls):
-            return values
-        if not isinstance(values, dict):
-            raise InputError(f"moe must be a mapping of MoEConfig fields, got {type(values).__name__}")
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise InputError(f"MoEConfig: unknown field(s) {unknown}; allowed fields: {sorted(known)}")
-        return cls(**values)
+        return dataclass_from_dict(cls, values, "moe")

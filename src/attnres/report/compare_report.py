@@ -217,6 +217,23 @@ def _stability_blocks(results: dict, summary: dict) -> list[tuple]:
     return [("h2", "Training stability"), ("p", text), ("table", STABILITY_HEADER, rows, True)]
 
 
+def _expert_blocks(summary: dict) -> list[tuple]:
+    """The expert-balance section of a mixture-of-experts comparison (nothing without experts)."""
+    rows = [[name, per_seed_cell(entry.get("expert_imbalance_mean"), entry.get("expert_imbalance_by_seed") or [],
+                                 ".2f", ".2f"),
+             ", ".join(fmt(value, ".2f") for value in entry.get("expert_imbalance_by_layer") or [])]
+            for name, entry in summary.items() if entry.get("expert_imbalance_mean") is not None]
+    if not rows:
+        return []
+    text = ("How evenly each variant's mixture-of-experts layers spread the held-out tokens over their experts at the "
+            "end of training: an expert's load is its share of the layer's (token, expert) assignments, and a "
+            "layer's imbalance its largest load over the mean (1.00: balanced; the number of experts: one expert "
+            "takes every token). Largest imbalance over the layers: the mean over seeds, then each seed's; by "
+            "layer: the mean over seeds, shallowest MoE layer first.")
+    return [("h2", "Expert balance"), ("p", text),
+            ("table", ["variant", "largest imbalance", "imbalance by MoE layer"], rows, True)]
+
+
 def _machine_text(machine: dict) -> str:
     """"AMD EPYC 7B13 (ATen CPU kernels AVX2, native bf16: no), 2 torch threads, torch 2.13.0"."""
     kernels = [f"ATen CPU kernels {machine['cpu_capability']}"] if machine.get("cpu_capability") else []
@@ -308,6 +325,7 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                      "were made one after another, so these times include whatever else the machine did then and "
                      "are not a cost comparison (the Cost section is)."),
                *_stability_blocks(results, summary),
+               *_expert_blocks(summary),
                ("h2", "Figures")]
     blocks += [("figure", path, alt, caption) for path, alt, caption in figures]
     return blocks

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from attnres.analysis.expert_load import load_imbalance
 from attnres.analysis.intervals import ci95_halfwidth, mean, sample_std
 from attnres.analysis.sharpness import summarize_max_weights
 from attnres.common.errors import InputError
@@ -94,6 +95,19 @@ def stability_summary(runs: list[dict]) -> dict:
     return out
 
 
+def expert_summary(runs: list[dict]) -> dict:
+    """Expert balance of a mixture-of-experts variant from its runs' held-out `expert_load`:
+    expert_imbalance_by_seed (each run's largest imbalance over its MoE layers, the largest expert
+    load over the mean; None for a run without experts), expert_imbalance_mean (over the runs that
+    have it; None if none) and expert_imbalance_by_layer (per MoE layer, mean over runs)."""
+    per_run = [[load_imbalance(layer) for layer in run["expert_load"]] if run.get("expert_load") else None
+               for run in runs]
+    by_seed = [max(layers) if layers else None for layers in per_run]
+    return {"expert_imbalance_by_seed": by_seed,
+            "expert_imbalance_mean": mean([value for value in by_seed if value is not None]),
+            "expert_imbalance_by_layer": _mean_by_position([layers for layers in per_run if layers])}
+
+
 def cost_summary(cost: dict | None, name: str, baseline: str = BASELINE) -> dict:
     """The cost figures of variant `name` from results["cost"] (`attnres.compare.cost.measure_costs`):
     step_time_s (median seconds of its training step), step_time_ratio (median over rounds of its
@@ -136,6 +150,7 @@ def _summarize_variant(variant: dict, baseline: dict) -> dict:
     out["val_curve"] = _average_curve([r["val_curve"] for r in runs])
     out["train_curve"] = _average_curve([r.get("train_curve") or [] for r in runs])
     out.update(stability_summary(runs))
+    out.update(expert_summary(runs))
     return out
 
 
@@ -150,7 +165,8 @@ def summarize(results: dict) -> dict:
     the deepest third of multi-source routers; None if none), max_weight_by_depth and
     hidden_rms_by_depth (per router / per depth, mean over seeds), val_curve and train_curve
     ([[step, mean, std], ...] over seeds), the divergence events of `stability_summary`
-    (loss_spikes_mean / _by_seed, grad_spikes_*, clip_rate_*; None where not recorded), plus residual,
+    (loss_spikes_mean / _by_seed, grad_spikes_*, clip_rate_*; None where not recorded), the expert
+    balance of `expert_summary` (None without experts), plus residual,
     residual_options (every option, from the variant's fields in any version's names) and query_init
     (for its figure style), and seeds.
     Raises ValueError if `standard` is missing or a run lacks a required key.

@@ -31,6 +31,9 @@ class TrainConfig:
     schedule: "cosine" (linear warm-up, cosine to min_lr), "wsd" (warm-up, stable, linear decay to
     min_lr over the last `decay_fraction` of steps) or "constant" (warm-up, then lr).
     routing_lr_mult scales the learning rate of router queries, key gains and gates.
+    expert_balance_rate: how far each step moves a mixture-of-experts router's score-correction
+    bias towards balanced expert loads (DeepSeek-V3's auxiliary-loss-free update, gamma; 0: off;
+    attnres.model.moe_balance). It acts only where the model's `moe.score_bias` is true.
     precision "bf16" = fp32 master weights with bf16 autocast; "fp32" = no autocast.
     eval_batches=None evaluates on the whole validation split. diagnostics_every=N logs routing
     statistics (max weight, entropy, effective sources by router; hidden RMS and gradient RMS by
@@ -69,6 +72,7 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float | None = 1.0
     routing_lr_mult: float = 1.0
+    expert_balance_rate: float = 0.001
     query_init: str = "zero"
     precision: str = "bf16"
     compile: bool = False
@@ -105,6 +109,9 @@ class TrainConfig:
             check_positive_number(getattr(self, name), f"TrainConfig.{name}", error=TrainConfigError)
         if not is_number(self.min_lr) or not 0 <= self.min_lr <= self.lr:
             raise TrainConfigError(f"TrainConfig.min_lr must be a number in [0, lr={self.lr}], got {self.min_lr!r}")
+        if not is_number(self.expert_balance_rate) or self.expert_balance_rate < 0:
+            raise TrainConfigError(f"TrainConfig.expert_balance_rate must be a number >= 0 (0: no balancing), "
+                                   f"got {self.expert_balance_rate!r}")
         if not is_number(self.weight_decay) or self.weight_decay < 0:
             raise TrainConfigError(f"TrainConfig.weight_decay must be a number >= 0, got {self.weight_decay!r}")
         for name in ("beta1", "beta2"):

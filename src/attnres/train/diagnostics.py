@@ -16,7 +16,8 @@ def routing_diagnostics(model: AttnResLM, batches: list[torch.Tensor]) -> dict:
     `diag/entropy`, `diag/effective_sources` per router; `diag/hidden_rms` per sub-layer input and
     the final hidden state; `diag/grad_rms` per sub-layer output. Scalars: `diag/max_weight_deep`
     (mean over the deepest third of routers) and `diag/entropy_mean`. A mixture-of-experts model
-    also gets `diag/expert_imbalance` per MoE layer (largest expert load over the mean,
+    also gets `diag/expert_load` (per MoE layer, each expert's share of the assignments; JSONL only),
+    `diag/expert_imbalance` per MoE layer (largest expert load over the mean,
     `attnres.analysis.expert_load`) and its largest, `diag/expert_imbalance_max`. The model is left
     as found.
     """
@@ -27,7 +28,9 @@ def routing_diagnostics(model: AttnResLM, batches: list[torch.Tensor]) -> dict:
                        "diag/effective_sources": stats.effective_sources,
                        "diag/max_weight_deep": summarize_max_weights(stats.max_weight)["max_weight_deep"],
                        "diag/entropy_mean": sum(stats.entropy) / len(stats.entropy)})
-    imbalance = [load_imbalance(loads) for loads in collect_expert_loads(model, batches)]
-    if imbalance:
-        record.update({"diag/expert_imbalance": imbalance, "diag/expert_imbalance_max": max(imbalance)})
+    loads = collect_expert_loads(model, batches)
+    if loads:
+        imbalance = [load_imbalance(layer) for layer in loads]
+        record.update({"diag/expert_load": loads, "diag/expert_imbalance": imbalance,
+                       "diag/expert_imbalance_max": max(imbalance)})
     return record

@@ -28,11 +28,12 @@ from attnres.checkpoint.hf_dir import hf_directory_files, read_generation_config
 from attnres.common.atomic import write_atomic
 from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
-from attnres.distributed.env import Silent, all_reduce_mean, current_env, is_main, main_first
+from attnres.distributed.env import Silent, all_reduce_mean, all_reduce_tensor_sum, current_env, is_main, main_first
 from attnres.distributed.pipeline_layout import PipelineConfigError
 from attnres.distributed.wrap import wrap_model
 from attnres.distributed.wrapper import ParallelModel
 from attnres.model import AttnResLM
+from attnres.model.moe_balance import expert_routers, load_imbalance_of, take_step_loads, update_score_bias
 from attnres.residual.legacy import upgrade_model_fields
 from attnres.train.config import pipeline_setting_error, resolve_parallel
 from attnres.train.diagnostics import routing_diagnostics
@@ -100,6 +101,8 @@ class Trainer:
         self.data = main_first(lambda: prepare_data(self.run.data, run_dir=self.run_dir if self.main else None))
         self.model = self._starting_model(checkpoint)
         self.parallel = self._wrap()
+        self.routers = expert_routers(self.model)
+        take_step_loads(self.routers)  # forget anything counted before training (e.g. a warm-up forward)
         self.optimizer = build_optimizer(self.model, self.cfg, only=self.parallel.trained_parameter_names())
         self.scheduler = build_scheduler(self.optimizer, self.cfg)
         self.loader = TokenBatches(self.data.train_tokens, self.cfg.seq_len, self.cfg.batch_size, self.cfg.seed)
@@ -207,16 +210,28 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
+        balance = self._balance_experts()
         self.step += 1
         elapsed = time.perf_counter() - start
         self.step_times.append(elapsed)
         tokens = self.cfg.tokens_per_step
         record = {"step": self.step, "loss": loss, "lr": lr, "grad_norm": grad_norm, "step_time_s": elapsed,
                   "tokens_per_s": tokens / elapsed, "tokens": self.step * tokens, **self.parallel.step_metrics(),
-                  **self.stability.counters()}
+                  **self.stability.counters(), **balance}
         if events:
             record["event"] = events
         return record
+
+    def _balance_experts(self) -> dict:
+        """After an update: the step's expert loads summed over ranks (every rank takes part, whatever
+        its pipeline stage), the score biases moved towards balance (attnres.model.moe_balance), and
+        the step's imbalance per MoE layer and its largest, for the metrics; {} without experts."""
+        if not self.routers:
+            return {}
+        loads = all_reduce_tensor_sum(take_step_loads(self.routers))
+        update_score_bias(self.routers, loads, self.cfg.expert_balance_rate)
+        imbalance = load_imbalance_of(loads)
+        return {"moe/imbalance": imbalance, "moe/imbalance_max": max(imbalance)}
 
     def _at_intervals(self, record: dict) -> None:
         """Evaluate, diagnose, log and save where this step is due for them; a spike step is always logged,
