@@ -4,6 +4,7 @@
 # each setting as SHARDS one-thread processes; `python -m attnres.pages` then tabulates the final
 # validation losses and the divergence events of every run. Finished runs are reused.
 # Usage: scripts/stability.sh [OUT (default results/stability)] [SHARDS (default 2)] [--set ... passed on]
+# PRESET=NAME checks another model (default: stability, the dense ablation's; kimi_linear_stability).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
@@ -20,6 +21,6 @@ for lr in "${LRS[@]}"; do
     dir="$OUT/lr$lr-warmup$warmup"
     min_lr=$(python -c "print($lr / 10)")
     settings=(--set "train.lr=$lr" --set "train.min_lr=$min_lr" --set "train.warmup_steps=$warmup" "${EXTRA[@]}")
-    compare_in_shards stability "$dir" "$SHARDS" "${settings[@]}" > "$OUT/lr$lr-warmup$warmup.log" 2>&1
+    compare_in_shards "${PRESET:-stability}" "$dir" "$SHARDS" "${settings[@]}" > "$OUT/lr$lr-warmup$warmup.log" 2>&1
   done
 done

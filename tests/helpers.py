@@ -61,3 +61,35 @@ def train_losses(model, batch, steps: int, lr: float = 3e-3, weight_decay: float
         losses.append(loss.item())
     return losses
 
+
+
+class Float64Torch:
+    """Stands for `torch` inside a transformers modeling module: its `float32` (and `float`) is float64,
+    all else is torch's, so the reference's casts to fp32 (norms, softmax, routers, the delta rule)
+    keep float64."""
+
+    float32 = torch.float64
+    float = torch.float64
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+def reference_in_float64(monkeypatch, module) -> None:
+    """Make transformers' modeling `module` compute in float64 where it casts to fp32 by name
+    (`torch.float32`, `torch.float`, `Tensor.float()`), which would round a float64 comparison to ~1e-7."""
+    monkeypatch.setattr(module, "torch", Float64Torch())
+    monkeypatch.setattr(torch.Tensor, "float", torch.Tensor.double)
+
+
+def kimi_linear_in_float64(monkeypatch) -> None:
+    """Make transformers' Kimi Linear compute in float64 for the test: its `torch.float32` casts and
+    `Tensor.float()` calls would otherwise round a float64 comparison to ~1e-7. Its hub-kernel
+    decorators must fall back to PyTorch (no `kernels`, `fla` or `causal_conv1d` installed)."""
+    import importlib.util
+
+    from transformers.models.kimi_linear import modeling_kimi_linear
+
+    for package in ("kernels", "fla", "causal_conv1d"):
+        assert importlib.util.find_spec(package) is None, f"{package} installed: the reference would not be PyTorch"
+    reference_in_float64(monkeypatch, modeling_kimi_linear)

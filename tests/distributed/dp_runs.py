@@ -26,15 +26,24 @@ WORLD = 2
 STEPS = 10
 SAVE_EVERY = 5
 
+# Kimi Linear's options (tests/model/test_kimi_decoder.py): delta and latent attention alternating, experts from
+# layer 1 on, so every stage boundary has a mixture-of-experts layer on each side.
+KIMI = dict(moe={"num_experts": 4, "experts_per_token": 2, "expert_size": 16, "shared_experts": 1, "dense_layers": 1,
+                 "scoring": "sigmoid", "score_bias": True},
+            mla={"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16},
+            kda={"num_heads": 2, "head_dim": 8},
+            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])
 MODELS = {
     "standard": dict(residual="standard", num_blocks=None),
     "routed": dict(residual="block_attnres", num_blocks=2),  # a replacement variant with a final router
     "gated": dict(residual="delta_block", num_blocks=2, exact_conversion="gate"),  # scalar (0-dim) gates
+    "kimi": dict(residual="block_attnres", num_blocks=2, num_layers=4, **KIMI),  # experts, latent and delta attention
 }
 TRAIN = {
     "standard": dict(grad_accum=2),  # accumulation: DDP's no_sync and FSDP's per-micro-step reduce
     "routed": dict(diagnostics_every=SAVE_EVERY),
     "gated": dict(),
+    "kimi": dict(grad_accum=2),  # expert loads counted over micro-steps and summed over ranks
     "bf16": dict(diagnostics_every=SAVE_EVERY, precision="bf16", activation_checkpointing=True),
 }
 
@@ -89,7 +98,7 @@ def _train_all(runs: Runs) -> None:
     copy_run(runs.dir("ref_standard"), runs.dir("from1_ddp"), SAVE_EVERY)
     jobs = [{"kind": "env", "out": str(runs.root / "env")}, {"kind": "sharded", "out": str(runs.root / "sharded")}]
     for kind, mode in [("standard", "ddp"), ("standard", "fsdp"), ("routed", "ddp"), ("routed", "fsdp"),
-                       ("gated", "fsdp"), ("bf16", "fsdp")]:
+                       ("gated", "fsdp"), ("bf16", "fsdp"), ("kimi", "ddp"), ("kimi", "fsdp")]:
         jobs.append({"kind": "train", "run": runs.config(f"{mode}_{kind}", kind, parallel=mode)})
     jobs += [
         {"kind": "train", "resume": True, "run": runs.config("from1_fsdp", "routed", parallel="fsdp")},

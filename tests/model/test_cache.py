@@ -59,8 +59,8 @@ def test_layers_fill_independently_and_decoding_through_the_model_reuses_storage
     cache = KVCache(max_len=9)
     with torch.no_grad():
         model(ids[:, :4], cache=cache)
-        pointers = [k.data_ptr() for k in cache.keys]
+        pointers = [k.data_ptr() for k in cache.keys.values()]
         logits = [model(ids[:, t:t + 1], cache=cache).logits for t in range(4, 9)]
         full = model(ids).logits
-    assert [k.data_ptr() for k in cache.keys] == pointers and cache.lengths == [9, 9]
+    assert [k.data_ptr() for k in cache.keys.values()] == pointers and cache.lengths == {0: 9, 1: 9}
     torch.testing.assert_close(torch.cat(logits, dim=1), full[:, 4:], rtol=1e-5, atol=1e-5)

@@ -210,12 +210,12 @@ def test_inductor_compiles_the_step_and_keeps_every_buffer_in_place():
     generator = FastGenerator(model)  # inductor, the CPU default mode
     decoding = generator.start(ids, 10)
     state = decoding.state
-    pointers = [t.data_ptr() for t in (*state.cache.keys, *state.cache.values, state.sequence, state.column)]
-    shapes = [tuple(k.shape) for k in state.cache.keys]
+    pointers = [t.data_ptr() for t in (*state.cache.keys.values(), *state.cache.values.values(), state.sequence, state.column)]
+    shapes = [tuple(k.shape) for k in state.cache.keys.values()]
     result = decoding.finish()
     assert result.compile_mode == "default"  # inductor with its default Python wrapper on CPU
-    assert [t.data_ptr() for t in (*state.cache.keys, *state.cache.values, state.sequence, state.column)] == pointers
-    assert [tuple(k.shape) for k in state.cache.keys] == shapes == [(2, 2, 64, 8)] * 3  # capacity 16 -> 64
+    assert [t.data_ptr() for t in (*state.cache.keys.values(), *state.cache.values.values(), state.sequence, state.column)] == pointers
+    assert [tuple(k.shape) for k in state.cache.keys.values()] == shapes == [(2, 2, 64, 8)] * 3  # capacity 16 -> 64
     assert result.sequences.tolist() == eager_greedy(model, ids, 10).tolist()
 
 

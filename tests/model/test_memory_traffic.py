@@ -8,8 +8,7 @@ import torch
 
 from attnres import AttnResLM, ModelConfig
 from attnres.model import FastGenerator
-from attnres.model.memory_traffic import (cache_bytes_per_step, copy_bandwidth_gb_s, decode_bytes_per_step,
-                                          weight_bytes_per_step)
+from attnres.model.memory_traffic import (cache_bytes_per_step, copy_bandwidth_gb_s, weight_bytes_per_step)
 
 
 def config(tie: bool) -> ModelConfig:
@@ -44,10 +43,9 @@ def test_a_generation_reports_its_step_bytes_and_their_rate():
     model = AttnResLM(config(tie=False)).eval()
     result = FastGenerator(model, compile=False).generate(torch.randint(0, 100, (2, 5)), 6)
     capacity = 64  # 5 + 6 rounded up to a multiple of 64
-    assert cache_bytes_per_step(2, 2, 2, 8, capacity, 4) == 2 * 2 * 2 * 2 * capacity * 8 * 4
+    assert cache_bytes_per_step(2, 2, 2, 8, capacity, 4) == 2 * 2 * 2 * 2 * capacity * 8 * 4  # K, V x 2 layers
     expected = weight_bytes_per_step(model, 2) + cache_bytes_per_step(2, 2, 2, 8, capacity, 4)
-    assert result.decode_bytes_per_step == expected == decode_bytes_per_step(model, model.config, 2, capacity,
-                                                                             torch.float32)
+    assert result.decode_bytes_per_step == expected
     assert result.decode_gb_per_s == pytest.approx(expected * result.decode_steps / result.decode_s / 1e9)
 
 

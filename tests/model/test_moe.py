@@ -8,9 +8,11 @@ import torch
 
 from attnres.common.errors import InputError
 from attnres.model.moe import MixtureOfExperts, MoEConfig
+from tests.helpers import kimi_linear_in_float64, reference_in_float64
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.kimi_linear.modeling_kimi_linear import KimiLinearMoE  # noqa: E402
+from transformers.models.qwen3_moe import modeling_qwen3_moe  # noqa: E402
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock  # noqa: E402
 
 KIMI_SHAPES = [  # (hidden, expert width, experts, top-k, shared, groups, groups per token, normalise)
@@ -49,7 +51,8 @@ def assert_same_outputs_and_gradients(ours, reference, names: dict, hidden: int,
 
 
 @pytest.mark.parametrize("hidden, width, experts, k, shared, groups, per_token, normalise", KIMI_SHAPES)
-def test_kimi_linear_moe_in_float64(hidden, width, experts, k, shared, groups, per_token, normalise):
+def test_kimi_linear_moe_in_float64(hidden, width, experts, k, shared, groups, per_token, normalise, monkeypatch):
+    kimi_linear_in_float64(monkeypatch)  # its router casts to fp32; ours computes a float64 model's in float64
     config = transformers.KimiLinearConfig(
         hidden_size=hidden, moe_intermediate_size=width, num_local_experts=experts, num_experts_per_tok=k,
         n_shared_experts=shared, n_group=groups, topk_group=per_token, norm_topk_prob=normalise,
@@ -64,7 +67,8 @@ def test_kimi_linear_moe_in_float64(hidden, width, experts, k, shared, groups, p
 
 
 @pytest.mark.parametrize("hidden, width, experts, k, normalise", QWEN_SHAPES)
-def test_qwen3_moe_sparse_block_in_float64(hidden, width, experts, k, normalise):
+def test_qwen3_moe_sparse_block_in_float64(hidden, width, experts, k, normalise, monkeypatch):
+    reference_in_float64(monkeypatch, modeling_qwen3_moe)
     config = transformers.Qwen3MoeConfig(hidden_size=hidden, moe_intermediate_size=width, num_experts=experts,
                                          num_experts_per_tok=k, norm_topk_prob=normalise,
                                          experts_implementation="eager")

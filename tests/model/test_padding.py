@@ -202,8 +202,8 @@ def test_padded_decoding_on_a_device_reads_nothing_back():
     with torch.no_grad():
         model(torch.randint(1, VOCAB, (2, 5)), cache=cache)  # fills the cache on the CPU
         model.to("meta")
-        cache.keys = [k.to("meta") for k in cache.keys]
-        cache.values = [v.to("meta") for v in cache.values]
+        cache.keys = {i: k.to("meta") for i, k in cache.keys.items()}
+        cache.values = {i: v.to("meta") for i, v in cache.values.items()}
         mask = torch.tensor([[0, 0, 1, 1, 1, 1], [1] * 6], device="meta")
         out = model(torch.ones(2, 1, dtype=torch.long, device="meta"), attention_mask=mask, cache=cache)
         assert out.logits.shape == (2, 1, VOCAB) and out.logits.device.type == "meta"

@@ -87,3 +87,15 @@ def test_adamw_takes_the_fused_kernel_and_updates_as_the_per_tensor_loop_does():
             opt.step()
     for (name, a), b in zip(fast.named_parameters(), loop.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_kimi_delta_attention_decay_rates_are_not_weight_decayed():
+    from attnres import AttnResLM, ModelConfig
+    from attnres.train.optim import parameter_groups
+
+    model = AttnResLM(ModelConfig(vocab_size=32, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=2,
+                                  intermediate_size=32, kda={"num_heads": 2, "head_dim": 4},
+                                  layer_types=["linear_attention", "full_attention"]))
+    groups = {key: [name for name, _ in value] for key, value in parameter_groups(model).items()}
+    assert "layers.0.self_attn.forget_gate.A_log" in groups["no_decay"]
+    assert "layers.0.self_attn.conv1d.weight" in groups["decay"]  # a filter is a weight

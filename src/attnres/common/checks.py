@@ -7,6 +7,7 @@ message that starts with `name`, so the message names what the user wrote: "Mode
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 from attnres.common.errors import InputError
@@ -69,4 +70,9 @@ def dataclass_from_dict(cls, values, name: str):
     unknown = sorted(set(values) - known)
     if unknown:
         raise InputError(f"{cls.__name__}: unknown field(s) {unknown}; allowed fields: {sorted(known)}")
+    missing = [name for name, f in cls.__dataclass_fields__.items() if name not in values
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise InputError(f"{cls.__name__}: missing field(s) {missing}; required fields: "
+                         f"{[n for n, f in cls.__dataclass_fields__.items() if f.default is dataclasses.MISSING]}")
     return cls(**values)

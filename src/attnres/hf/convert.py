@@ -1,8 +1,9 @@
-"""Convert local Hugging Face Llama / Mistral / Qwen2 / Qwen3 checkpoints into `AttnResLM`.
+"""Convert local Hugging Face Llama / Mistral / Qwen2 / Qwen3 / Kimi Linear checkpoints into `AttnResLM`.
 
-These four families are pre-norm RMSNorm decoders with RoPE, grouped-query attention and a SwiGLU
+The first four families are pre-norm RMSNorm decoders with RoPE, grouped-query attention and a SwiGLU
 MLP: exactly the attnres decoder (Qwen3 adds per-head q/k RMSNorm, Qwen2 q/k/v biases), with HF's
-parameter names under a `model.` prefix. Anything that would compute a different function (mixture
+parameter names under a `model.` prefix. Kimi Linear is the attnres decoder with its latent
+attention, delta attention and mixture-of-experts options (attnres.hf.kimi_linear). Anything that would compute a different function (mixture
 of experts, other norms or activations, scaled RoPE, a sliding window that clips, extra biases) is
 refused with a `ConversionError` naming it, never approximated.
 
@@ -24,9 +25,11 @@ from safetensors.torch import load_file
 
 from attnres.hf.errors import ConversionError
 from attnres.hf.gguf import read_gguf_config, read_gguf_weights
+from attnres.hf.kimi_linear import MODEL_TYPE as KIMI_LINEAR
+from attnres.hf.kimi_linear import RENAMED, kimi_linear_fields, runtime_state
 from attnres.model import AttnResLM, ConfigError, ModelConfig
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", KIMI_LINEAR)
 
 # Values transformers' own config classes (5.x, unchanged from 4.x for these keys) use when a key is
 # absent from config.json, so a sparse config converts to the model transformers would build.
@@ -68,7 +71,7 @@ _LIST_LIMIT = 12
 
 def model_config_from_hf(hf_config: dict, residual: str = "standard", residual_options=None,
                          max_seq_len: int | None = None) -> ModelConfig:
-    """The attnres `ModelConfig` of a parsed HF config.json (model_type llama, mistral, qwen2 or qwen3).
+    """The attnres `ModelConfig` of a parsed HF config.json (model_type llama, mistral, qwen2, qwen3 or kimi_linear).
 
     `residual` and `residual_options` (an options object, a dict or None) choose the variant (see `ModelConfig`).
     `max_seq_len` defaults to `max_position_embeddings`; a smaller one lets a checkpoint whose
@@ -77,6 +80,10 @@ def model_config_from_hf(hf_config: dict, residual: str = "standard", residual_o
     """
     fields = _layout_fields(hf_config)
     model_type = hf_config["model_type"]
+    if model_type == KIMI_LINEAR:
+        if max_seq_len is not None:
+            fields["max_seq_len"] = max_seq_len
+        return _build_config(model_type, **fields, residual=residual, residual_options=residual_options)
     if max_seq_len is None:
         max_seq_len = hf_config.get("max_position_embeddings", _FAMILY_DEFAULTS[model_type]["max_position_embeddings"])
     act = hf_config.get("hidden_act", "silu")
@@ -95,6 +102,8 @@ def _layout_fields(hf_config: dict) -> dict:
     if not isinstance(hf_config, dict):
         raise ConversionError(f"the HF config must be a dict (parsed config.json), got {type(hf_config).__name__}")
     model_type = hf_config.get("model_type")
+    if model_type == KIMI_LINEAR:
+        return kimi_linear_fields(hf_config)
     for key in _EXPERT_KEYS:
         experts = hf_config.get(key)
         if isinstance(experts, (int, float)) and not isinstance(experts, bool) and experts > 0:
@@ -231,6 +240,7 @@ def convert_state_dict(hf_state: dict, config: ModelConfig) -> dict[str, torch.T
         name = key.removeprefix("model.")
         if name.endswith(_IGNORED_SUFFIXES):
             continue
+        name = next((name.removesuffix(old) + new for old, new in RENAMED.items() if name.endswith(old)), name)
         if name not in expected or not isinstance(tensor, torch.Tensor):
             unexpected.append(key)
         elif name in state:
@@ -293,7 +303,7 @@ def read_hf_checkpoint(path) -> tuple[dict, dict[str, torch.Tensor]]:
     hf_config = _read_config(directory)
     # Only the parameter layout matters here: RoPE, activation and window are checked on conversion.
     layout = _build_config(hf_config.get("model_type"), **_layout_fields(hf_config))
-    state = _read_weights(directory)
+    state = _read_weights(directory, hf_config)
     convert_state_dict(state, layout)
     return hf_config, state
 
@@ -329,14 +339,18 @@ def _read_config(directory: Path) -> dict:
     return hf_config
 
 
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint's weight files (safetensors preferred), {HF name: tensor}."""
+def _read_weights(directory: Path, hf_config: dict) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint's weight files (safetensors preferred), {HF name: tensor}; a Kimi
+    Linear checkpoint's in transformers' run-time layout (`attnres.hf.kimi_linear.runtime_state`)."""
     for single, index, load in (("model.safetensors", "model.safetensors.index.json", _load_safetensors),
                                 ("pytorch_model.bin", "pytorch_model.bin.index.json", _load_torch)):
         if (directory / single).is_file():
-            return load(directory / single)
-        if (directory / index).is_file():
-            return _read_sharded(directory / index, load)
+            state = load(directory / single)
+        elif (directory / index).is_file():
+            state = _read_sharded(directory / index, load)
+        else:
+            continue
+        return runtime_state(state) if hf_config.get("model_type") == KIMI_LINEAR else state
     shards = sorted(p.name for p in directory.glob("*.safetensors")) + sorted(p.name for p in directory.glob("*.bin"))
     if shards:
         raise ConversionError(f"{str(directory)!r} has weight shards {_listing(shards)} but no "
@@ -416,8 +430,8 @@ def convert_checkpoint(path, residual: str = "standard", residual_options=None, 
     config = model_config_from_hf(source_config, residual=residual, residual_options=residual_options,
                                   max_seq_len=max_seq_len)
     gguf = str(path).endswith(".gguf")  # transformers reads and dequantises it (needs gguf, accelerate)
-    state = convert_state_dict(read_gguf_weights(path) if gguf else _read_weights(_checkpoint_directory(path)),
-                               config)
+    state = convert_state_dict(read_gguf_weights(path) if gguf else _read_weights(_checkpoint_directory(path),
+                                                                                 source_config), config)
     # Build directly in `dtype` so a bf16 conversion never holds an fp32 copy of the model.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)

@@ -51,16 +51,16 @@ class MLAConfig:
 class KDAConfig:
     """Kimi Delta Attention, Kimi Linear's linear-attention layers.
 
-    num_heads heads of width head_dim for queries, keys and values alike; conv_kernel_size: the
+    num_heads heads of width head_dim for queries, keys and values alike; short_conv_kernel_size: the
     causal depthwise convolution over time on q, k and v (SiLU after it).
     """
 
     num_heads: int
     head_dim: int
-    conv_kernel_size: int = 4
+    short_conv_kernel_size: int = 4
 
     def __post_init__(self) -> None:
-        for name in ("num_heads", "head_dim", "conv_kernel_size"):
+        for name in ("num_heads", "head_dim", "short_conv_kernel_size"):
             check_int(getattr(self, name), f"KDAConfig.{name}")
 
     @classmethod

@@ -6,9 +6,23 @@ from dataclasses import asdict, dataclass, fields
 
 from attnres.common.checks import check_bool, check_int, check_positive_number
 from attnres.common.errors import InputError
+from attnres.model.attention_config import KDAConfig, MLAConfig
 from attnres.model.moe_config import MoEConfig
 from attnres.residual import VARIANTS, VariantOptions, resolve_options, valid_num_blocks, variant_label
 from attnres.residual.legacy import upgrade_model_fields
+
+# What a layer's token mixer is (transformers' `layer_types` names): softmax attention over the
+# sequence (grouped-query, or latent with `mla`), or Kimi Delta Attention (needs `kda`).
+LAYER_TYPES = ("full_attention", "linear_attention")
+FULL_ATTENTION_EVERY = 4  # Kimi Linear's pattern without layer_types: layers 4, 8, ... (1-based) full
+
+
+def default_layer_types(num_layers: int, linear: bool) -> tuple[str, ...]:
+    """Every layer full attention; with `linear`, Kimi Linear's 3:1 pattern (every 4th layer full,
+    counting from 1, the rest linear: `full_attn_layers` 4, 8, ... of its checkpoints)."""
+    return tuple("full_attention" if not linear or (i + 1) % FULL_ATTENTION_EVERY == 0 else "linear_attention"
+                 for i in range(num_layers))
+
 
 # The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
 # holds any registered later.
@@ -35,6 +49,10 @@ class ModelConfig:
     stored as the object. Block AttnRes and Delta Block need `num_blocks`.
     `moe`: a mixture-of-experts feed-forward (`attnres.model.moe_config.MoEConfig`, or a dict of
     its fields) in every layer from `moe.dense_layers` on; None: the dense SwiGLU everywhere.
+    Kimi Linear's token mixers (`attnres.model.attention_config`): `mla` makes every full-attention
+    layer multi-head latent attention (None: grouped-query attention); `kda` gives the
+    "linear_attention" layers Kimi Delta Attention. `layer_types`: one of LAYER_TYPES per layer;
+    None: all full attention, or with `kda` every 4th layer full (`default_layer_types`).
     `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
     keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
     How routing is computed (the routing implementation and chunk size) is not part of the model:
@@ -49,6 +67,9 @@ class ModelConfig:
     head_dim: int | None = None
     intermediate_size: int
     moe: MoEConfig | dict | None = None
+    mla: MLAConfig | dict | None = None
+    kda: KDAConfig | dict | None = None
+    layer_types: tuple[str, ...] | list | None = None
     residual: str = "standard"
     residual_options: VariantOptions | dict | None = None
     tie_embeddings: bool = True
@@ -70,7 +91,7 @@ class ModelConfig:
                     f"num_heads={self.num_heads}; give head_dim explicitly (a positive even integer)")
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
         check_int(self.head_dim, "ModelConfig.head_dim", error=ConfigError)
-        if self.head_dim % 2:
+        if self.head_dim % 2 and self.mla is None:  # latent attention encodes no position
             raise ConfigError(f"ModelConfig.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
@@ -89,9 +110,39 @@ class ModelConfig:
                 raise ConfigError(f"ModelConfig.moe: dense_layers must be from 0 to num_layers={self.num_layers}, "
                                   f"got {moe.dense_layers}")
             object.__setattr__(self, "moe", moe)
+        for name, kind in (("mla", MLAConfig), ("kda", KDAConfig)):
+            if getattr(self, name) is not None:
+                try:
+                    object.__setattr__(self, name, kind.from_dict(getattr(self, name)))
+                except InputError as error:
+                    raise ConfigError(f"ModelConfig.{name}: {error}") from None
+        self._check_layer_types()
         options = resolve_options(self.residual, self.residual_options, self.num_layers, prefix="ModelConfig.",
                                   error=ConfigError)
         object.__setattr__(self, "residual_options", options)
+
+    def _check_layer_types(self) -> None:
+        if self.layer_types is None:
+            if self.kda is not None:
+                object.__setattr__(self, "layer_types", default_layer_types(self.num_layers, linear=True))
+            return
+        types = self.layer_types
+        if not isinstance(types, (list, tuple)) or len(types) != self.num_layers or any(
+                t not in LAYER_TYPES for t in types):
+            raise ConfigError(f"ModelConfig.layer_types must be None or a list of num_layers={self.num_layers} values "
+                              f"from {list(LAYER_TYPES)}, got {types!r}")
+        if "full_attention" not in types:
+            raise ConfigError("ModelConfig.layer_types needs at least one 'full_attention' layer: caches (attnres's and "
+                              "transformers') count the positions seen in the attention layers")
+        if "linear_attention" in types and self.kda is None:
+            raise ConfigError("ModelConfig.layer_types has 'linear_attention' layers but ModelConfig.kda is None; "
+                              "give kda (KDAConfig fields num_heads, head_dim, short_conv_kernel_size) or make every layer "
+                              "'full_attention'")
+        object.__setattr__(self, "layer_types", tuple(types))
+
+    def layer_type(self, index: int) -> str:
+        """Layer `index`'s token mixer: "full_attention" or "linear_attention"."""
+        return "full_attention" if self.layer_types is None else self.layer_types[index]
 
     @property
     def num_sublayers(self) -> int:
@@ -104,8 +155,12 @@ class ModelConfig:
         return variant_label(self.residual, self.residual_options)
 
     def to_dict(self) -> dict:
-        """Plain dict of every field, the options as a dict (round-trips through `ModelConfig(**d)`)."""
-        return asdict(self)
+        """Plain dict of every field, the options as a dict (round-trips through `ModelConfig(**d)`); lists,
+        not tuples, so YAML and JSON write it as they read it."""
+        values = asdict(self)
+        if values["layer_types"] is not None:
+            values["layer_types"] = list(values["layer_types"])
+        return values
 
     def to_hf_dict(self) -> dict:
         """The fields under Hugging Face's names: a `config.json` for `AttnResForCausalLM`."""

@@ -119,7 +119,8 @@ class AttnResLM(nn.Module):
         embedding = self.embed_tokens(input_ids)
         rope = self.rotary(positions, embedding.dtype)
         state = self.residual.start(embedding, record_routing=return_routing)
-        self.run_sublayers(state, 0, self.config.num_sublayers, rope, cache, mask)
+        real = None if attention_mask is None else attention_mask[:, past:].bool()
+        self.run_sublayers(state, 0, self.config.num_sublayers, rope, cache, mask, real)
         logits = self.output_logits(state)
         if labels is not None and attention_mask is not None:
             labels = _labels_of_real_tokens(labels, attention_mask[:, past:])
@@ -127,20 +128,22 @@ class AttnResLM(nn.Module):
         return CausalLMOutput(logits=logits, loss=loss, routing=state.routing, cache=cache)
 
     def run_sublayers(self, state: StreamState, start: int, stop: int, rope: tuple[torch.Tensor, torch.Tensor],
-                      cache=None, mask: torch.Tensor | None = None) -> StreamState:
+                      cache=None, mask: torch.Tensor | None = None, real: torch.Tensor | None = None) -> StreamState:
         """Advance `state` through sub-layers start .. stop - 1 (even = attention, odd = MLP) in place.
 
         The one loop over sub-layers: `forward` runs all 2L, a pipeline stage runs its own range on
         a state rebuilt from what it received. rope: (cos, sin), each (T, head_dim) or, per row,
         (B, 1, T, head_dim). mask: None (causal) or the (B, 1, T, T_past + T) boolean attention mask
         of a padded batch (`layers.padded_causal_mask`); only attention reads it, routing is per token.
+        real: None, or (B, T) bool, the new positions that are real tokens (linear-attention layers
+        zero the pads' inputs instead of masking).
         """
         for s in range(start, stop):
             i = s // 2
             layer = self.layers[i]
             h = self.residual.sublayer_input(s, state)
             if s % 2 == 0:
-                delta = self._sublayer(layer.attention_delta, h, rope, cache, i, mask)
+                delta = self._sublayer(layer.attention_delta, h, rope, cache, i, mask, real)
             else:
                 delta = self._sublayer(layer.mlp_delta, h)
             self.residual.after(s, state, delta)

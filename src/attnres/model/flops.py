@@ -8,6 +8,11 @@ size d_h, F the FFN width and V the vocabulary:
     linear     = 2 L (2 D H d_h + 2 D K d_h + 3 D F)     q, o; k, v; gate, up, down (a mixture of
                                                          experts: its router and k experts of width F)
     attention  = 4 L T H d_h                             Q K^T and A V over all T keys
+                                                         (latent attention: 2 T H (d_qk + d_v) per
+                                                         layer; Kimi Delta Attention: 6 H d_k d_v for
+                                                         the delta rule's state read, update and
+                                                         output, plus 2 K x 3 H d_k for the short
+                                                         convolutions, per layer, whatever T)
     head       = 2 D V                                   the LM head (tied or not)
     mixing     = sum over the model's depth mixers of `DepthMixer.flops_per_token(n_sources)`
 
@@ -76,6 +81,16 @@ def _linear_flops(module: nn.Module) -> int:
                for m in module.modules() if isinstance(m, (nn.Linear, MixtureOfExperts)))
 
 
+def _sequence_flops(config: ModelConfig, index: int, seq_len: int) -> int:
+    """Forward FLOPs per token of layer `index`'s mixing over positions (module doc)."""
+    if config.layer_type(index) == "linear_attention":
+        kda = config.kda
+        return 6 * kda.num_heads * kda.head_dim ** 2 + 2 * kda.short_conv_kernel_size * 3 * kda.num_heads * kda.head_dim
+    if config.mla is not None:
+        return 2 * seq_len * config.num_heads * (config.mla.qk_head_dim + config.mla.v_head_dim)
+    return 4 * seq_len * config.num_heads * config.head_dim
+
+
 def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPerToken:
     """FLOPs per token of `config` on sequences of `seq_len` tokens (default config.max_seq_len).
 
@@ -96,7 +111,7 @@ def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPer
         matmul, vector = matmul + cost.matmul, vector + cost.vector
     return FlopsPerToken(
         linear=sum(_linear_flops(layer) for layer in model.layers),
-        attention=4 * config.num_layers * seq_len * config.num_heads * config.head_dim,
+        attention=sum(_sequence_flops(config, i, seq_len) for i in range(config.num_layers)),
         head=2 * config.hidden_size * config.vocab_size,
         mixing_matmul=matmul, mixing_vector=vector)
 

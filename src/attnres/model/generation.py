@@ -281,10 +281,10 @@ class FastGenerator:
         model = self.model
         device = model.embed_tokens.weight.device
         _check_inputs(model, input_ids, attention_mask, max_new_tokens, min_new_tokens, precision, device)
-        if self.compile is True and model.config.moe is not None:
-            raise InputError("the decode step of a mixture-of-experts model is not compiled yet (its dispatch reads "
-                             "the experts' row counts to the host, a graph break); decode it eagerly "
-                             "(FastGenerator(compile=False) or 'auto', attnres generate --no-compile)")
+        uncompiled = not_compiled_reason(model.config)
+        if self.compile is True and uncompiled:
+            raise InputError(f"the decode step of {uncompiled} is not compiled yet; decode it eagerly "
+                             f"(FastGenerator(compile=False) or 'auto', attnres generate --no-compile)")
         if self.compile is True and self.backend == "inductor" and device.type == "cpu":
             require_inductor_compiler("the decode step", "decode without compiling (FastGenerator(compile=False), "
                                       "generate(..., disable_compile=True), attnres generate --no-compile)")
@@ -308,8 +308,9 @@ class FastGenerator:
         state.sequence[:, prompt] = _select(logits, state.column, state.finished, eos, pad, state.eos_from, sampling)
         _sync(device)
         prefill_s = time.perf_counter() - begin
-        step_bytes = decode_bytes_per_step(model, model.config, batch, capacity, state.cache.keys[0].dtype)
-        bf16 = torch.bfloat16 in (state.cache.keys[0].dtype, model.embed_tokens.weight.dtype)
+        step_bytes = decode_bytes_per_step(model, state.cache, batch)
+        cache_dtype = next(iter(state.cache.keys.values())).dtype
+        bf16 = torch.bfloat16 in (cache_dtype, model.embed_tokens.weight.dtype)
         mode = self.resolved_mode(device, bf16)
         compile_key = (key, sampling, eos is None, self.compile and mode, self.backend)
         arguments = (model, state.cache, state.sequence, state.key_valid, state.column, state.rope_position,
@@ -472,8 +473,9 @@ class Decoding:
         if not auto.can_compile():
             self.compile_choice = "eager: inductor has no C++ compiler here"
             return eager_step_s
-        if auto.generator.model.config.moe is not None:
-            self.compile_choice = "eager: a mixture-of-experts step is not compiled yet"
+        uncompiled = not_compiled_reason(auto.generator.model.config)
+        if uncompiled:
+            self.compile_choice = f"eager: the step of {uncompiled} is not compiled yet"
             return eager_step_s
         estimate, where = auto.estimate()
         saves = saved_seconds(estimate, eager_step_s, left)
@@ -544,6 +546,15 @@ class _AutoCompile:
         if self.generator.times is None:
             self.generator.times = CompileTimes()
         return self.generator.times
+
+
+def not_compiled_reason(config) -> str | None:
+    """Why a decode step of a model of `config` (a ModelConfig) is not compiled, or None where it is."""
+    if config.moe is not None:  # its dispatch reads the experts' row counts to the host: a graph break
+        return "a mixture-of-experts model"
+    if config.mla is not None or config.kda is not None:
+        return "a model with Kimi Linear's latent or delta attention"
+    return None
 
 
 def _to_stderr(line: str) -> None:

@@ -1,5 +1,7 @@
 """Qwen3-architecture sub-layers: rotary embedding, grouped-query attention, and the decoder layer that pairs
-attention with a feed-forward (the SwiGLU `MLP` of mlp.py, or the mixture of experts of moe.py).
+a token mixer with a feed-forward. The token mixer is grouped-query attention, or Kimi Linear's
+latent attention (mla.py) or Kimi Delta Attention (kda.py); the feed-forward is the SwiGLU `MLP` of
+mlp.py or the mixture of experts of moe.py.
 
 Sub-layers know nothing of residuals: each maps a normalised input to its output delta; the
 residual scheme decides what they see and where their outputs go. Parameter names follow
@@ -12,7 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnres.model.cache import linear_states
 from attnres.model.config import ModelConfig
+from attnres.model.kda import KimiDeltaAttention
+from attnres.model.mla import LatentAttention
 from attnres.model.mlp import MLP
 from attnres.model.moe import MixtureOfExperts
 from attnres.norm import RMSNorm
@@ -126,13 +131,22 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """One transformer layer = two sub-layers, each with its pre-norm: attention, then the feed-forward
-    (the dense SwiGLU `MLP`, or from `config.moe.dense_layers` on a `MixtureOfExperts`)."""
+    """One transformer layer = two sub-layers, each with its pre-norm: the token mixer (`self_attn`:
+    grouped-query `Attention`, `LatentAttention` where `config.mla` is set, or `KimiDeltaAttention`
+    for a "linear_attention" layer), then the feed-forward (the dense SwiGLU `MLP`, or from
+    `config.moe.dense_layers` on a `MixtureOfExperts`)."""
 
     def __init__(self, config: ModelConfig, index: int = 0) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
-        self.self_attn = Attention(config)
+        self.linear = config.layer_type(index) == "linear_attention"
+        if self.linear:
+            self.self_attn = KimiDeltaAttention(config.hidden_size, config.kda, config.norm_eps)
+        elif config.mla is not None:
+            # The latent norms keep their own eps of 1e-6 (LatentAttention's doc), not norm_eps.
+            self.self_attn = LatentAttention(config.hidden_size, config.num_heads, config.mla, config.attention_bias)
+        else:
+            self.self_attn = Attention(config)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
         if config.moe is not None and index >= config.moe.dense_layers:
             self.mlp = MixtureOfExperts(config.hidden_size, config.moe)
@@ -140,8 +154,13 @@ class DecoderLayer(nn.Module):
             self.mlp = MLP(config.hidden_size, config.intermediate_size)
 
     def attention_delta(self, h: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache=None,
-                        layer_idx: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """Even sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D); `cache` and `mask` as in Attention.forward."""
+                        layer_idx: int = 0, mask: torch.Tensor | None = None,
+                        real: torch.Tensor | None = None) -> torch.Tensor:
+        """Even sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D); `cache` and `mask` as in Attention.forward.
+        real: None, or (B, T) bool, True at the new positions' real tokens (a padded batch), which a
+        linear-attention layer needs (it has no mask: pads are zeroed instead)."""
+        if self.linear:
+            return self.self_attn(self.input_layernorm(h), linear_states(cache), layer_idx, real)
         return self.self_attn(self.input_layernorm(h), rope, cache, layer_idx, mask)
 
     def mlp_delta(self, h: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,8 @@ What a step reads (`decode_bytes_per_step`):
 - every parameter once, except the input embedding table, of which only the batch's rows are read
   (when the head is tied to it, the head reads it whole, so it counts once);
 - the KV cache: a static cache is read whole by the masked attention, every layer's keys and values
-  at the cache's capacity; a growing cache only its filled positions.
+  (a latent-attention layer's latent and shared key) at the cache's capacity; a growing cache only
+  its filled positions; a linear-attention layer's fixed-size states once.
 Activations (the hidden state, the routers' sources, a few KB per token at batch 1) are left out.
 """
 
@@ -53,11 +54,16 @@ def cache_bytes_per_step(num_layers: int, batch: int, num_kv_heads: int, head_di
     return 2 * num_layers * batch * num_kv_heads * positions * head_dim * element_size
 
 
-def decode_bytes_per_step(model: nn.Module, config, batch: int, positions: int, cache_dtype: torch.dtype) -> int:
-    """Weights and KV cache read by one decode step (module doc); config: the model's ModelConfig."""
-    element = torch.empty((), dtype=cache_dtype).element_size()
-    return weight_bytes_per_step(model, batch) + cache_bytes_per_step(
-        config.num_layers, batch, config.num_kv_heads, config.head_dim, positions, element)
+def held_cache_bytes(cache) -> int:
+    """Bytes of every tensor an attnres static cache holds: each layer's key and value buffers at
+    their capacity and each linear-attention layer's states."""
+    tensors = [*cache.keys.values(), *cache.values.values(), *(t for pair in cache.linear.values() for t in pair)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def decode_bytes_per_step(model: nn.Module, cache, batch: int) -> int:
+    """Weights and cache read by one decode step of `batch` rows with an attnres static cache (module doc)."""
+    return weight_bytes_per_step(model, batch) + held_cache_bytes(cache)
 
 
 @functools.cache
@@ -80,4 +86,5 @@ def copy_bandwidth_gb_s(repeats: int = 7) -> float:
     return _copy_bandwidth(torch.get_num_threads(), repeats)
 
 
-__all__ = ["cache_bytes_per_step", "copy_bandwidth_gb_s", "decode_bytes_per_step", "weight_bytes_per_step"]
+__all__ = ["cache_bytes_per_step", "copy_bandwidth_gb_s", "decode_bytes_per_step", "held_cache_bytes",
+           "weight_bytes_per_step"]

@@ -15,9 +15,10 @@ through):
 The router's last bits (`router_numerics`) follow one of two conventions. "deepseek" (DeepSeek-V3,
 Kimi Linear): the input and the router weight are cast to fp32 before the product, and top-k
 returns the kept experts unsorted. "qwen3" (Qwen3-MoE): the product runs in the input's dtype, the
-softmax in fp32, and top-k sorts the kept experts by score. Scores are fp32 either way; the two
-differ in rounding only (the order in which the kept scores are summed for normalisation), which
-is what an exact conversion needs to match.
+softmax in fp32, and top-k sorts the kept experts by score. Scores are fp32 either way (float64 in
+a float64 model, where the references' casts to fp32 would only add rounding); the two differ in
+rounding only (the order in which the kept scores are summed for normalisation), which is what an
+exact conversion needs to match.
 
 Dispatch: the (token, expert) pairs are sorted by expert, and each expert that received tokens runs
 one matrix product over its rows; results are scaled and added back per token. The row counts are
@@ -53,10 +54,11 @@ class ExpertRouter(nn.Module):
         """x (N, D) -> (weights (N, k) in x's dtype, experts (N, k) long, scores (N, E) fp32 or wider)."""
         c = self.config
         deepseek = c.router_numerics == "deepseek"
+        compute = torch.promote_types(x.dtype, torch.float32)  # fp32, or float64 for a float64 model
         if deepseek:  # the product itself in fp32
-            logits = F.linear(x.float(), self.weight.float())
+            logits = F.linear(x.to(compute), self.weight.to(compute))
         else:
-            logits = F.linear(x, self.weight).float()
+            logits = F.linear(x, self.weight).to(compute)
         scores = logits.softmax(dim=-1) if c.scoring == "softmax" else logits.sigmoid()
         choice = scores if self.score_bias is None else scores + self.score_bias
         if c.num_groups > 1:

@@ -14,10 +14,12 @@ from attnres.train.config import TrainConfig
 def parameter_groups(model: AttnResLM,
                      only: Collection[str] | None = None) -> dict[str, list[tuple[str, nn.Parameter]]]:
     """Split parameters into "decay" (linear weights), "no_decay" (norm gains, embeddings, tied
-    head) and "routing" (router queries, key gains, gates). Shared (tied) tensors appear once.
+    head, and what a module lists in `no_weight_decay`, e.g. Kimi Delta Attention's decay rates
+    A_log) and "routing" (router queries, key gains, gates). Shared (tied) tensors appear once.
 
     only: names (as in model.named_parameters()) to keep, e.g. a pipeline stage's own; None keeps all."""
-    embedding_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    undecayed_ids = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    undecayed_ids |= {id(getattr(m, name)) for m in model.modules() for name in getattr(m, "no_weight_decay", ())}
     routing_ids = {id(param) for _, param in model.routing_parameters()}
     groups: dict[str, list[tuple[str, nn.Parameter]]] = {"decay": [], "no_decay": [], "routing": []}
     for name, param in model.named_parameters():  # named_parameters yields a tied tensor once
@@ -25,7 +27,7 @@ def parameter_groups(model: AttnResLM,
             continue
         if id(param) in routing_ids:
             groups["routing"].append((name, param))
-        elif param.dim() < 2 or id(param) in embedding_ids:
+        elif param.dim() < 2 or id(param) in undecayed_ids:
             groups["no_decay"].append((name, param))
         else:
             groups["decay"].append((name, param))
