@@ -338,7 +338,7 @@ def _eval_parser(sub) -> None:
 def _convert_parser(sub) -> None:
     from attnres.residual import VARIANTS
 
-    convert = sub.add_parser("convert", help="convert a Hugging Face Qwen3/Qwen2/Llama/Mistral checkpoint")
+    convert = sub.add_parser("convert", help="convert a Hugging Face Qwen3/Qwen2/Llama/Mistral/Kimi Linear checkpoint")
     convert.add_argument("source", help="a local Hugging Face checkpoint directory (config.json + safetensors) "
                                         "or a .gguf file")
     convert.add_argument("--residual", default="standard", choices=list(VARIANTS),

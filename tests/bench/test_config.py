@@ -62,7 +62,7 @@ def test_invalid_settings_name_the_option(overrides, message):
 
 
 def test_unknown_preset_and_setting():
-    with pytest.raises(InputError, match=r"--preset must be one of \['cpu', 'paper-gpu'\], got 'big'"):
+    with pytest.raises(InputError, match=r"--preset must be one of \['cpu', 'kimi-linear', 'paper-gpu'\], got 'big'"):
         resolve_config("big")
     with pytest.raises(InputError, match="unknown bench settings"):
         resolve_config(width=3)
@@ -74,7 +74,7 @@ def test_unknown_preset_and_setting():
     (["--repeats", "2"], "--repeats must be an integer >= 5"),
     (["--precision", "fp16"], "--precision must be one of ['bf16', 'fp32']"),
     (["--variants", "mhc2"], "--variants: unknown variant 'mhc2'"),
-    (["--preset", "tiny"], "--preset must be one of ['cpu', 'paper-gpu']"),
+    (["--preset", "tiny"], "--preset must be one of ['cpu', 'kimi-linear', 'paper-gpu']"),
 ])
 def test_cli_exits_2_with_the_message(argv, message, capsys, tmp_path):
     assert main(["bench", "--quick", "--out", str(tmp_path), *argv]) == 2
@@ -107,7 +107,7 @@ def _write(path, text):
 def test_cpu_preset_matches_the_defaults_and_quick_is_no_preset():
     # --help shows BenchConfig's defaults as those of the default preset: the two must not drift apart.
     assert resolve_config("cpu") == BenchConfig()
-    assert available_presets() == ["cpu", "paper-gpu"]
+    assert available_presets() == ["cpu", "kimi-linear", "paper-gpu"]
     assert QUICK_VALUES["num_layers"] == 4 and QUICK_VALUES["threads"] == 1
 
 
@@ -276,3 +276,20 @@ def test_residual_options_go_to_the_variants_that_have_them_at_each_depth():
     with pytest.raises(InputError, match=r"--option: block_attnres needs num_blocks; give it as --option "
                                          r"num_blocks=VALUE"):
         resolve_config(quick=True, set_args=["options=[]"], variants="block_attnres")
+
+
+def test_kimi_linear_preset_benchmarks_kimi_linear_at_the_dense_active_width():
+    from attnres import ModelConfig
+    from attnres.model.flops import parameter_count
+
+    config = resolve_config("kimi-linear")
+    assert config.architecture == "kimi_linear" and config.precision == "fp32" and not config.compiled_decode
+    dense, kimi = model_shape(256), model_shape(256, "kimi_linear")
+    assert kimi["moe"]["experts_per_token"] * kimi["moe"]["expert_size"] + kimi["moe"]["expert_size"] \
+        == dense["intermediate_size"]  # 2 routed + 1 shared expert: the dense SwiGLU's width, active
+    model = ModelConfig(vocab_size=256, hidden_size=256, num_layers=8, **kimi)
+    assert model.layer_types.count("full_attention") == 2 and model.moe.dense_layers == 1
+    assert parameter_count(model).total > parameter_count(ModelConfig(vocab_size=256, hidden_size=256,
+                                                                       num_layers=8, **dense)).total
+    with pytest.raises(InputError, match=r"--architecture must be one of \['dense', 'kimi_linear'\]"):
+        resolve_config(architecture="moe")

@@ -8,6 +8,7 @@ import pytest
 
 from attnres.data import DataConfig
 from attnres.model import ModelConfig, MoEConfig
+from attnres.model.attention_config import KDAConfig, MLAConfig
 from attnres.pages.cli_help import subparsers
 from attnres.pages.markers import find_blocks
 from attnres.residual import VARIANTS
@@ -24,10 +25,13 @@ def documented_fields(page: str, heading: str) -> list[str]:
     return re.findall(r"^\| `([a-z_0-9]+)` \|", text, flags=re.MULTILINE)
 
 
-@pytest.mark.parametrize("config", [ModelConfig, MoEConfig, DataConfig, TrainConfig, RunConfig, PipelineSettings])
-def test_every_config_field_is_documented_once(config):
+@pytest.mark.parametrize("config, page", [(ModelConfig, "config.md"), (MoEConfig, "kimi-linear.md"),
+                                          (MLAConfig, "kimi-linear.md"), (KDAConfig, "kimi-linear.md"),
+                                          (DataConfig, "config.md"), (TrainConfig, "config.md"),
+                                          (RunConfig, "config.md"), (PipelineSettings, "config.md")])
+def test_every_config_field_is_documented_once(config, page):
     fields = [f.name for f in dataclasses.fields(config)]
-    documented = documented_fields("config.md", config.__name__)
+    documented = documented_fields(page, config.__name__)
     assert sorted(documented) == sorted(fields)
 
 

@@ -22,6 +22,7 @@ from attnres.residual import VARIANTS as residual_variants
 from attnres.routing import IMPLS
 
 BASELINE = "standard"
+ARCHITECTURES = ("dense", "kimi_linear")  # what the benchmarked decoder is (attnres.bench.model_bench.model_shape)
 MIN_REPEATS = 5  # the issue asks for the median of at least 5 repeats
 DEFAULT_PRESET = "cpu"
 
@@ -70,6 +71,8 @@ class BenchConfig:
     preset: str = setting(DEFAULT_PRESET, "a bundled preset name or a preset YAML path")
     variants: tuple[str, ...] = setting(compared_variants, "variants to compare with standard, space- or "
                                         "comma-separated", metavar="VARIANT")
+    architecture: str = setting("dense", f"one of {list(ARCHITECTURES)}: the dense Qwen3 decoder, or Kimi Linear's "
+                                         "experts, latent and delta attention at the same active width")
     hidden_size: int = setting(256, "model width", flag="--hidden", metavar="D")
     num_layers: int = setting(24, "model depth", flag="--layers", metavar="L")
     seq_len: int = setting(256, "tokens per sequence and prompt length")
@@ -127,6 +130,7 @@ class BenchConfig:
         for depth in self.depths:
             check_int(depth, f"{OPTION_NAMES['depths']}: every depth")
         check_choice(self.precision, OPTION_NAMES["precision"], PRECISIONS)
+        check_choice(self.architecture, OPTION_NAMES["architecture"], ARCHITECTURES)
         check_choice(self.routing_impl, OPTION_NAMES["routing_impl"], IMPLS)
         if not (isinstance(self.device, str)
                 and (self.device in ("cpu", "cuda") or self.device.startswith("cuda:"))):

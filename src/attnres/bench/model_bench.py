@@ -18,11 +18,25 @@ from attnres.model.memory_traffic import GB
 from attnres.train.cost import VariantRunner, device_sync, memory_ratios, release_memory
 
 
-def model_shape(hidden_size: int) -> dict:
-    """Heads of 64 where hidden_size allows (else one head), half as many KV heads, SwiGLU width 3x hidden."""
+def model_shape(hidden_size: int, architecture: str = "dense") -> dict:
+    """Heads of 64 where hidden_size allows (else one head), half as many KV heads, SwiGLU width 3x hidden.
+
+    "kimi_linear": the same heads and active feed-forward width as Kimi Linear: the first layer
+    dense, then 8 experts of width hidden, top 2, plus 1 shared (3x hidden active); latent attention
+    (kv_lora_rank hidden / 2, per head 64 key channels, 32 shared, 64 value) every 4th layer and Kimi
+    Delta Attention (heads of 64) in the others."""
     heads = hidden_size // 64 if hidden_size % 64 == 0 else 1
     kv_heads = heads // 2 if heads % 2 == 0 else heads
-    return {"num_heads": heads, "num_kv_heads": kv_heads, "intermediate_size": 3 * hidden_size}
+    shape = {"num_heads": heads, "num_kv_heads": kv_heads, "intermediate_size": 3 * hidden_size}
+    if architecture == "kimi_linear":
+        head = hidden_size // heads
+        shape.update(num_kv_heads=heads,
+                     moe={"num_experts": 8, "experts_per_token": 2, "expert_size": hidden_size, "shared_experts": 1,
+                          "dense_layers": 1, "scoring": "sigmoid", "score_bias": True},
+                     mla={"kv_lora_rank": hidden_size // 2, "qk_nope_head_dim": head,
+                          "qk_rope_head_dim": max(head // 2, 1), "v_head_dim": head},
+                     kda={"num_heads": heads, "head_dim": head})
+    return shape
 
 
 def build_model_config(config: BenchConfig, residual: str, hidden_size: int, num_layers: int,
@@ -30,7 +44,7 @@ def build_model_config(config: BenchConfig, residual: str, hidden_size: int, num
     """The ModelConfig of one benchmarked model, with its options from config.options at this depth."""
     return ModelConfig(vocab_size=config.vocab_size, hidden_size=hidden_size, num_layers=num_layers,
                        residual=residual, residual_options=config.variant_options(residual, num_layers),
-                       max_seq_len=max_seq_len, **model_shape(hidden_size))
+                       max_seq_len=max_seq_len, **model_shape(hidden_size, config.architecture))
 
 
 def _inputs(config: BenchConfig, seq_len: int, decode_tokens: int, device: torch.device):

@@ -57,7 +57,9 @@ def format_markdown(results: dict) -> str:
              f"Machine: torch {machine['torch']}, device {machine['device']} ({machine['device_name']}), "
              f"{machine['threads']} torch threads, {machine['cpu_count']} CPUs, Python {machine['python']}, "
              f"{machine['platform']}{_cpu_kernels(machine)}.", "",
-             f"Settings: {config['precision']} precision, routing_impl={config['routing_impl']} "
+             "Settings: " + ("Kimi Linear (experts, latent and delta attention; attnres.bench.model_bench.model_shape), "
+                             if config.get("architecture") == "kimi_linear" else "")
+             + f"{config['precision']} precision, routing_impl={config['routing_impl']} "
              f"({results.get('resolved_routing_impl')}), "
              f"median of {config['repeats']} interleaved repeats after {config['warmup']} warm-up "
              f"round(s), seed {config['seed']}" + (", --quick" if config.get("quick") else "") + ".", ""]

@@ -27,6 +27,12 @@ class AttnResConfig(PreTrainedConfig):
     num_key_value_heads: int = 8
     head_dim: int | None = None
     intermediate_size: int = 1536
+    # Kimi Linear's options (attnres.model.attention_config, moe_config), each a mapping of its fields;
+    # layer_types also tells transformers' DynamicCache which layers keep a linear-attention state.
+    moe: dict | None = None
+    mla: dict | None = None
+    kda: dict | None = None
+    layer_types: list[str] | None = None
     residual: str = "standard"
     residual_options: dict | None = None
     tie_word_embeddings: bool = True

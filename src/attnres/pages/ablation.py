@@ -157,11 +157,17 @@ def _grid_order(path: str) -> tuple[float, int]:
 
 def stability_table(ctx) -> str:
     """The learning-rate x warm-up grid before the ablation: losses over seeds and divergence events."""
-    root = ctx.results.root / "results" / "stability"
+    return stability_grid(ctx, "stability")
+
+
+def stability_grid(ctx, folder: str) -> str:
+    """The learning-rate x warm-up grid of scripts/stability.sh in results/`folder`: losses over seeds and
+    divergence events per setting and variant."""
+    root = ctx.results.root / "results" / folder
     paths = sorted((p.relative_to(root.parent).as_posix() for p in root.glob("lr*-warmup*/results.json")),
                    key=_grid_order)
     if not paths:
-        raise InputError("results/stability has no lr*-warmup*/results.json")
+        raise InputError(f"results/{folder} has no lr*-warmup*/results.json")
     rows, first = [], None
     for path in paths:
         results = ctx.results.json(path)
@@ -178,4 +184,4 @@ def stability_table(ctx) -> str:
     header = ["lr", "warm-up", "variant", "val loss (95 % CI)", "loss spikes per seed", "grad-norm spikes",
               "clipped steps"]
     return "\n\n".join([table(header, rows), provenance(first, f"{ctx.source(paths[0])} and the other "
-                                                        f"`results/stability/lr*-warmup*/results.json`")])
+                                                        f"`results/{folder}/lr*-warmup*/results.json`")])

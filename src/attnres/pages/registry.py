@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from attnres.pages import (ablation, compare, conversion, costs, decoding, flops, machinery, options, published,
-                           recommendation, scaling, study)
+from attnres.pages import (ablation, compare, conversion, costs, decoding, flops, kimi_linear, machinery, options,
+                           published, recommendation, scaling, study)
 from attnres.pages.cli_help import help_block, subparsers
 
 BLOCKS = {
@@ -18,6 +18,10 @@ BLOCKS = {
     "ablation-causal": ablation.ablation_causal,
     "ablation-probe": ablation.ablation_probe,
     "stability-table": ablation.stability_table,
+    "kimi-linear-stability": kimi_linear.kimi_linear_stability,
+    "kimi-linear-ablation": kimi_linear.kimi_linear_ablation,
+    "ablation-side-by-side": kimi_linear.ablation_side_by_side,
+    "moe-dispatch": kimi_linear.moe_dispatch,
     "study-variants": study.study_variants,
     "study-blocks": study.study_blocks,
     "study-query-init": study.study_query_init,
