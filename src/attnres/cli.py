@@ -4,7 +4,7 @@
 command's handler and turns errors into exit codes:
 
 - 0: done.
-- 2: bad input. argparse's own errors, and any `attnres.common.errors.InputError` (ConfigError,
+- 2: bad input. argparse's own errors (`_Parser`), and any `attnres.common.errors.InputError` (ConfigError,
   RunConfigError, DataError, ConversionError, ...: a config value, an argument, a file the user named),
   printed as one line, "attnres COMMAND: error: MESSAGE", without a traceback.
 - 1: a run that failed: CheckpointError (a missing, corrupt or mismatched checkpoint) and TrainingError
@@ -54,9 +54,12 @@ def _finetune(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from attnres.common.checks import check_int
     from attnres.train import evaluate_checkpoint
     from attnres.train.evaluate import resolve_checkpoint
 
+    if args.max_batches is not None:  # not 0, which would mean the run's default
+        check_int(args.max_batches, "--max-batches")
     path = resolve_checkpoint(args.checkpoint)  # a run directory: its latest checkpoint
     result = evaluate_checkpoint(path, max_batches=args.max_batches, device=args.device)
     print(json.dumps(result, indent=2))
@@ -69,6 +72,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     preset = load_preset(args.preset, args.set)
     out = Path(args.out or f"reports/compare-{preset.name}")
+    _check_run_options(out, args.seeds)
     shard = _parse_shard(args.shard)
     results = run_compare(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
                           device=args.device, shard=shard)
@@ -80,12 +84,15 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _scaling(args: argparse.Namespace) -> int:
+    from attnres.common.checks import check_int
     from attnres.scaling.plan import plan_sweep, plan_text
     from attnres.scaling.preset import load_preset
     from attnres.scaling.sweep import run_sweep
 
     preset = load_preset(args.preset, args.set, variants=args.variants, sizes=args.sizes)
     out = Path(args.out or f"reports/scaling-{preset.name}")
+    _check_run_options(out, args.seeds)
+    check_int(args.replicates, "--replicates")
     if args.dry_run:
         print(plan_text(preset, plan_sweep(preset, out, seeds=args.seeds)))
         return 0
@@ -98,6 +105,23 @@ def _scaling(args: argparse.Namespace) -> int:
     else:
         print(f"report: {out / 'report.md'} and {out / 'index.html'}")
     return 0
+
+
+def _check_run_options(out: Path, seeds: int | None) -> None:
+    """compare's and scaling's --out and --seeds, checked before anything is trained or written."""
+    from attnres.common.checks import check_int
+
+    _check_out_dir(out)
+    if seeds is not None:  # not 0, which would mean the preset's
+        check_int(seeds, "--seeds")
+
+
+def _check_out_dir(out: Path) -> None:
+    """InputError for an --out that exists and is not a folder: refused now, not after the work is done."""
+    from attnres.common.errors import InputError
+
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is a file, not a folder; give a folder path (it is created if missing)")
 
 
 def _parse_shard(text: str | None) -> tuple[int, int]:
@@ -133,14 +157,29 @@ DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}  # the long names earlier 
 
 
 def _lm_eval(args: argparse.Namespace) -> int:
+    from attnres.common.checks import check_int
+    from attnres.common.errors import InputError
     from attnres.hf.lm_eval import PAPER_TASKS, run_lm_eval
 
-    tasks = list(PAPER_TASKS) if args.tasks == "paper" else [t for t in args.tasks.split(",") if t]
+    tasks = list(PAPER_TASKS) if args.tasks == "paper" else [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not tasks:
+        raise InputError(f"--tasks must name lm-eval tasks, comma-separated (e.g. arc_easy,piqa), or 'paper'; "
+                         f"got {args.tasks!r}")
+    check_int(args.batch_size, "--batch-size")
+    if args.limit is not None:
+        check_int(args.limit, "--limit")
+    if args.include_path is not None and not Path(args.include_path).is_dir():
+        raise InputError(f"--include-path {args.include_path} is not a folder; give a folder of task YAML files")
+    if args.out and (Path(args.out).is_dir() or not Path(args.out).parent.is_dir()):
+        raise InputError(f"--out {args.out}: give a file path in an existing folder (the results JSON is written "
+                         f"there)")
     results = run_lm_eval(args.model, tasks, include_path=args.include_path, batch_size=args.batch_size,
                           limit=args.limit, device=args.device)
     text = json.dumps(results, indent=2, default=str)
     if args.out:
-        Path(args.out).write_text(text)
+        from attnres.common.atomic import write_atomic
+
+        write_atomic(args.out, text)  # a killed run leaves the earlier file or none, never a part
     print(text)
     return 0
 
@@ -148,7 +187,7 @@ def _lm_eval(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import torch
 
-    from attnres.common.checks import check_int
+    from attnres.common.checks import check_int, check_positive_number
     from attnres.common.errors import InputError
     from attnres.common.machine import cpu_has_native_bf16
     from attnres.common.precision import WEIGHT_DTYPES
@@ -159,6 +198,12 @@ def _generate(args: argparse.Namespace) -> int:
     check_int(args.threads, "--threads", allow_none=True)
     if not args.prompt:
         raise InputError("--prompt must be a non-empty text")
+    if args.temperature is not None:
+        check_positive_number(args.temperature, "--temperature")
+    if args.top_k is not None:
+        check_int(args.top_k, "--top-k", minimum=0)
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise InputError(f"--top-p must be a number in (0, 1], got {args.top_p}")
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     dtype = WEIGHT_DTYPES[args.dtype]
@@ -217,6 +262,7 @@ def _bench(args: argparse.Namespace) -> int:
     config = resolve_config(args.preset, args.quick, args.set,
                             **{name: getattr(args, name) for name in SETTING_NAMES})
     out = Path(args.out or f"reports/bench-{'quick' if args.quick else Path(args.preset).stem}")
+    _check_out_dir(out)
     results = run_bench(config, out, command="attnres " + shlex.join(args.argv))
     print()
     print(format_markdown(results))
@@ -225,9 +271,14 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _analyze(args: argparse.Namespace) -> int:
+    from attnres.common.checks import check_int
     from attnres.report.analyze import analyze
 
     out = Path(args.out)
+    _check_out_dir(out)
+    if args.seq_len is not None:
+        check_int(args.seq_len, "--seq-len")
+    check_int(args.batch_size, "--batch-size")
     analyze(args.checkpoints, out, labels=args.labels, max_batches=args.max_batches, device=args.device,
             command="attnres " + shlex.join(args.argv), causal=args.causal or bool(args.causal_routers),
             causal_routers=args.causal_routers, data=args.data, seq_len=args.seq_len, batch_size=args.batch_size)
@@ -473,11 +524,19 @@ COMMAND_PARSERS = (_compare_parser, _scaling_parser, _train_parser, _finetune_pa
                    _lm_eval_parser, _generate_parser, _bench_parser, _analyze_parser)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors (an unknown option, an invalid choice, a value of the wrong type) in one line
+    like every other bad input, pointing to --help instead of printing the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand; every option's help names its choices and default."""
     from attnres import __version__
 
-    parser = argparse.ArgumentParser(prog="attnres", description="Depth routing residuals for language models.")
+    parser = _Parser(prog="attnres", description="Depth routing residuals for language models.")
     parser.add_argument("--version", action="version", version=f"attnres {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add_command in COMMAND_PARSERS:
@@ -499,13 +558,22 @@ def main(argv: list[str] | None = None) -> int:
 
         failures = (CheckpointError, TrainingError)
     try:
+        if getattr(args, "device", None) is not None:
+            from attnres.common.machine import check_device
+
+            check_device(args.device)  # "tpu", or CUDA where there is none: refused before any work
         return args.handler(args)
     except InputError as error:  # configs, data, files and arguments: the user's input
-        print(f"attnres {args.command}: error: {error}", file=sys.stderr)
+        print(f"attnres {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
     except failures as error:  # corrupt or mismatched checkpoints, non-finite losses
-        print(f"attnres {args.command}: error: {error}", file=sys.stderr)
+        print(f"attnres {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 1
+
+
+def _one_line(error: Exception) -> str:
+    """The error's message on one line (a library's message quoted in it may span several)."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
 
 
 if __name__ == "__main__":

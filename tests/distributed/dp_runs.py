@@ -22,6 +22,9 @@ from tests.train.conftest import tiny_run
 # gradient all-reduce); observed about 1e-7 over 10 AdamW steps. bf16: rounding differs too.
 FP32_RTOL = 1e-5
 BF16_RTOL = 1e-3
+# Kimi Linear (KIMI below): the same, but its delta attention's chunked triangular solves and the experts'
+# per-expert products round differently with the batch split; observed up to 1.6e-5 at step 8 of 10 under DDP.
+KIMI_RTOL = 1e-4
 WORLD = 2
 STEPS = 10
 SAVE_EVERY = 5

@@ -9,7 +9,7 @@ from attnres.distributed.data_parallel import local_rows
 from attnres.train.config import resolve_parallel
 from attnres.distributed.env import DistributedEnv
 from attnres.train import TrainConfig, TrainConfigError
-from tests.distributed.dp_runs import BF16_RTOL, FP32_RTOL, STEPS, assert_close, losses, shared_runs
+from tests.distributed.dp_runs import BF16_RTOL, FP32_RTOL, KIMI_RTOL, STEPS, assert_close, losses, shared_runs
 from tests.train.conftest import corpus_dir  # noqa: F401  (fixture)
 
 
@@ -26,7 +26,7 @@ def test_losses_match_one_process(runs, mode, kind):
     ref, par = runs.dir(f"ref_{kind}"), runs.dir(f"{mode}_{kind}")
     assert [s for s, _ in losses(par)] == list(range(1, STEPS + 1))  # rank 0 wrote each step once
     for key in ("loss", "grad_norm", "val_loss") + (("moe/imbalance",) if kind == "kimi" else ()):
-        assert_close(losses(par, key), losses(ref, key), FP32_RTOL)
+        assert_close(losses(par, key), losses(ref, key), KIMI_RTOL if kind == "kimi" else FP32_RTOL)
     assert losses(par)[-1][1] < losses(par)[0][1]  # it learned
 
 

@@ -18,7 +18,7 @@ from attnres.train.config import resolve_parallel
 from attnres.distributed.env import DistributedEnv
 from attnres.train import RunConfig, TrainConfig, TrainConfigError, load_run_config, read_checkpoint, train
 from attnres.checkpoint import DCP_FORMAT, checkpoint_dirs
-from tests.distributed.dp_runs import FP32_RTOL, KIMI, assert_close, losses
+from tests.distributed.dp_runs import FP32_RTOL, KIMI, KIMI_RTOL, assert_close, losses
 from tests.distributed.spawn import run_workers
 from tests.distributed.workers import copy_run, run_jobs
 from tests.train.conftest import corpus_dir, tiny_run  # noqa: F401  (fixture)
@@ -98,7 +98,7 @@ def test_pipeline_losses_match_one_process(runs, schedule, model):
     assert [s for s, _ in losses(run_dir)] == list(range(1, STEPS + 1))  # rank 0 alone, once per step
     # Kimi: the expert loads are summed over ranks, so each step's imbalance and bias update are one process's.
     for key in ("loss", "grad_norm", "val_loss") + (("moe/imbalance",) if model == "kimi" else ()):
-        assert_close(losses(run_dir, key), losses(runs / f"ref_{model}", key), FP32_RTOL)
+        assert_close(losses(run_dir, key), losses(runs / f"ref_{model}", key), KIMI_RTOL if model == "kimi" else FP32_RTOL)
     assert losses(run_dir, "grad_norm")[0][1] > 1.0  # train.grad_clip=1: the global norm was clipped
 
 

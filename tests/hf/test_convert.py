@@ -233,7 +233,7 @@ def test_refuses_other_architectures(tmp_path):
     config = transformers.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=100)
     with pytest.raises(ConversionError, match=r"unsupported model_type 'gpt2' \(LayerNorm with biases, learned "
                                               r"absolute position embeddings.*\); supported model types: "
-                                              r"\['llama', 'mistral', 'qwen2', 'qwen3'\]"):
+                                              r"\['llama', 'mistral', 'qwen2', 'qwen3', 'kimi_linear'\]"):
         convert_checkpoint(write_config(tmp_path, config))
     with pytest.raises(ConversionError, match=r"unsupported model_type 'gptj' \(parallel attention and MLP"):
         model_config_from_hf({"model_type": "gptj"})

@@ -150,7 +150,7 @@ class BenchConfig:
     def _check_options(self) -> None:
         known = {name for v in residual_variants.values() for name in v.options.names()}
         values = self.option_values()
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - known, key=str)
         if unknown:
             raise InputError(f"{OPTION_NAMES['options']}: {unknown} is no option of any variant; the variants' "
                              f"options: {sorted(known)}")
@@ -240,6 +240,9 @@ def preset_path(preset: str) -> Path:
     """The YAML file of a bundled preset name or a preset path; InputError when there is none."""
     check_preset(preset)
     path = Path(preset) if is_preset_path(preset) else preset_dir() / f"{preset}.yaml"
+    if path.is_dir():
+        raise InputError(f"--preset: {path} is a folder; give a bundled preset's name or the path of a preset "
+                         f"YAML file")
     if not path.is_file():
         raise InputError(f"--preset: preset file {path} does not exist")
     return path

@@ -12,22 +12,9 @@ from attnres.bench.config import BenchConfig
 from attnres.bench.model_bench import run_depth_sweep, run_model_bench
 from attnres.bench.report import write_report
 from attnres.bench.router_bench import run_router_bench
-from attnres.common.errors import InputError
-from attnres.common.machine import machine_info
+from attnres.common.machine import check_device, machine_info
 from attnres.model.memory_traffic import copy_bandwidth_gb_s
 from attnres.routing import resolve_impl
-
-
-def check_device(device: str) -> torch.device:
-    """torch.device for `device`; InputError when CUDA is asked for and absent."""
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise InputError(f"--device {device}: CUDA is not available here (torch {torch.__version__}); "
-                             f"use --device cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) present")
-    return dev
 
 
 def run_bench(config: BenchConfig, out_dir: str | Path | None = None, command: str = "",

@@ -113,14 +113,43 @@ def read_checkpoint(path: Path, verify: bool = True) -> Checkpoint:
         state = json.loads((path / "state.json").read_text())
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint {path} is incomplete: state.json is missing") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
         raise CheckpointError(f"checkpoint {path} is corrupt: state.json does not parse ({error})") from None
     if not isinstance(state, dict) or state.get("format") not in (FORMAT, DCP_FORMAT):
         raise CheckpointError(f"checkpoint {path} is not an attnres checkpoint (format {FORMAT!r} or "
                               f"{DCP_FORMAT!r} expected)")
+    _check_state(path, state)
     if verify:
         verify_files(path, state["files"], sorted(state["files"]))
     return Checkpoint(path, state)
+
+
+def _check_state(path: Path, state: dict) -> None:
+    """CheckpointError naming the first key of state.json that is missing or of the wrong type (what
+    the writers put there, which the readers use without looking again)."""
+    def problem(key: str, expected: str) -> CheckpointError:
+        return CheckpointError(f"checkpoint {path} is corrupt: state.json's {key} must be {expected}, got "
+                               f"{state.get(key)!r:.200}")
+
+    step = state.get("step")
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise problem("step", "an integer >= 0")
+    for key in ("run_config", "scheduler", "optimizer", "extra", "files"):
+        if not isinstance(state.get(key), dict):
+            raise problem(key, "a JSON object")
+    if not isinstance(state["optimizer"].get("param_groups"), list):
+        raise problem("optimizer", "an object with a 'param_groups' list")
+    if state["format"] == FORMAT and not isinstance(state["optimizer"].get("scalars"), dict):
+        raise problem("optimizer", "an object with a 'scalars' object")
+    listed = {FORMAT: ("model.safetensors", "trainer.safetensors"), DCP_FORMAT: (".metadata",)}[state["format"]]
+    if not all(name in state["files"] for name in listed):
+        raise problem("files", f"an object listing {', '.join(listed)}")
+    for name, digest in state["files"].items():
+        if Path(name).name != name or name in ("", ".", ".."):  # a file of this directory, nothing outside it
+            raise problem("files", f"an object keyed by file names of the checkpoint directory (not {name!r})")
+        if not (isinstance(digest, dict) and isinstance(digest.get("bytes"), int)
+                and isinstance(digest.get("sha256"), str)):
+            raise problem("files", f'an object of {{"bytes": int, "sha256": str}} (not {digest!r} for {name!r})')
 
 
 def verify_files(path: Path, files: dict, names: list[str]) -> None:
@@ -132,7 +161,8 @@ def verify_files(path: Path, files: dict, names: list[str]) -> None:
             raise CheckpointError(f"checkpoint {path} is incomplete: {name} is missing")
         if file_digest(file) != files[name]:
             raise CheckpointError(f"checkpoint {path} is corrupt: {name} does not match its recorded "
-                                  f"size and sha256")
+                                  f"size and sha256; use another checkpoint of the run (keep_checkpoints keeps "
+                                  f"the last few)")
 
 
 def latest_checkpoint(root: Path, verify: bool = True) -> Checkpoint | None:

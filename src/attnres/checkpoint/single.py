@@ -64,24 +64,60 @@ def restore_training(checkpoint: Checkpoint, optimizer: torch.optim.Optimizer, s
     tensors = read_trainer_tensors(checkpoint)
     saved = checkpoint.state["optimizer"]
     per_param: dict[int, dict] = {}
-    for key, value in tensors.items():
-        if key.startswith("optim."):
-            _, pid, name = key.split(".", 2)
-            per_param.setdefault(int(pid), {})[name] = value
-    for key, value in saved["scalars"].items():
-        pid, name = key.split(".", 1)
-        per_param.setdefault(int(pid), {})[name] = value
     try:
+        for key, value in tensors.items():
+            if key.startswith("optim."):
+                _, pid, name = key.split(".", 2)
+                per_param.setdefault(int(pid), {})[name] = value
+        for key, value in saved["scalars"].items():
+            pid, name = key.split(".", 1)
+            if not _same_kind(value, 0.0):
+                raise ValueError(f"optimizer scalar {key!r} is {value!r}, not a number")
+            per_param.setdefault(int(pid), {})[name] = value
+        current = optimizer.state_dict()["param_groups"]
+        if not _same_kind(saved["param_groups"], current):
+            raise ValueError(f"param_groups {saved['param_groups']!r:.200} do not match the optimizer's "
+                             f"{current!r:.200}")
         optimizer.load_state_dict({"state": per_param, "param_groups": saved["param_groups"]})
-    except (ValueError, KeyError) as error:
+    except (ValueError, KeyError, TypeError) as error:
         raise CheckpointError(f"checkpoint {checkpoint.path}: optimizer state does not fit: {error}") from None
-    scheduler.load_state_dict(checkpoint.state["scheduler"])
-    torch.set_rng_state(tensors["rng.torch"])
+    current = scheduler.state_dict()
+    scheduler_state = dict(checkpoint.state["scheduler"])
+    wrong = [key for key in current if key in scheduler_state and not _same_kind(scheduler_state[key], current[key])]
+    if wrong:
+        raise CheckpointError(f"checkpoint {checkpoint.path}: scheduler state does not fit: {wrong} in state.json "
+                              f"are not what this run's scheduler holds")
+    if "rng.torch" not in tensors:
+        raise CheckpointError(f"checkpoint {checkpoint.path}: trainer.safetensors holds no RNG state (rng.torch)")
+    try:
+        scheduler.load_state_dict(scheduler_state)
+        torch.set_rng_state(tensors["rng.torch"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint.path}: scheduler or RNG state does not fit: {error}") from None
     cuda_states = [tensors[k] for k in sorted(k for k in tensors if k.startswith("rng.cuda."))]
     if cuda_states and torch.cuda.is_available() and len(cuda_states) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(cuda_states)
 
 
+def _same_kind(saved, current) -> bool:
+    """Whether `saved` (read from state.json) has the JSON shape of `current` (what the optimizer or
+    scheduler holds now): numbers for numbers, lists of the same length, objects whose common keys do
+    (a key only one of them has is left to torch: another torch version may add or drop one)."""
+    if current is None or isinstance(current, bool):
+        return saved is None or isinstance(saved, bool)
+    if isinstance(current, (int, float)):
+        return isinstance(saved, (int, float)) and not isinstance(saved, bool)
+    if isinstance(current, (list, tuple)):
+        return isinstance(saved, list) and len(saved) == len(current) and all(map(_same_kind, saved, current))
+    if isinstance(current, dict):
+        return isinstance(saved, dict) and all(_same_kind(saved[key], current[key]) for key in saved.keys() & current)
+    return isinstance(saved, type(current))
+
+
 def read_trainer_tensors(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:
     """trainer.safetensors of a one-process checkpoint (optimizer state by position, RNG states)."""
-    return load_file(str(checkpoint.path / "trainer.safetensors"))
+    try:
+        return load_file(str(checkpoint.path / "trainer.safetensors"))
+    except (SafetensorError, OSError) as error:
+        raise CheckpointError(f"checkpoint {checkpoint.path}: trainer.safetensors is corrupt or unreadable ({error}); "
+                              f"resume from another checkpoint") from None

@@ -52,6 +52,12 @@ def check_choice(value: object, name: str, choices: Iterable, *, allow_none: boo
     raise error(f"{name} must be {'None or ' if allow_none else ''}one of {choices}, got {value!r}")
 
 
+def divisors_hint(number: int, limit: int = 4096) -> str:
+    """The values that divide `number`, for a "must divide" message: the list of its divisors, or for a
+    number above `limit` (whose divisors would take long to list) the words "the divisors of <number>"."""
+    return str([d for d in range(1, number + 1) if number % d == 0]) if number <= limit else f"the divisors of {number}"
+
+
 def check_bool(value: object, name: str, *, error: type[Exception] = InputError, yaml: bool = False) -> None:
     """Raise `error` unless `value` is a bool: "<name> must be True or False" (YAML spelling with yaml=True)."""
     if not isinstance(value, bool):
@@ -67,7 +73,7 @@ def dataclass_from_dict(cls, values, name: str):
     if not isinstance(values, dict):
         raise InputError(f"{name} must be a mapping of {cls.__name__} fields, got {type(values).__name__}")
     known = set(cls.__dataclass_fields__)
-    unknown = sorted(set(values) - known)
+    unknown = sorted(set(values) - known, key=str)
     if unknown:
         raise InputError(f"{cls.__name__}: unknown field(s) {unknown}; allowed fields: {sorted(known)}")
     missing = [name for name, f in cls.__dataclass_fields__.items() if name not in values

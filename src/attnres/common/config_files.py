@@ -11,6 +11,8 @@ import yaml
 
 from attnres.common.errors import InputError
 
+MAX_YAML_VALUES = 100_000  # values a settings file may hold, aliases expanded; a preset holds a few hundred
+
 
 def bundled_config_dir(kind: str) -> Path:
     """Where the bundled presets of a command live: `configs/<kind>/` in the package (e.g. "compare")."""
@@ -22,16 +24,40 @@ def bundled_presets(kind: str) -> list[str]:
     return sorted(p.stem for p in bundled_config_dir(kind).glob("*.yaml"))
 
 
+def load_yaml(text: str):
+    """`yaml.safe_load(text)`, refusing with ValueError a document that nests too deeply for the parser or
+    whose aliases expand to more than MAX_YAML_VALUES values (a "billion laughs" document, or one
+    that holds itself), so that nothing after it walks or prints an unbounded value."""
+    try:
+        values = yaml.safe_load(text)
+    except RecursionError:
+        raise ValueError("it nests too deeply") from None
+    count, stack = 0, [values]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > MAX_YAML_VALUES:
+            raise ValueError(f"it holds more than {MAX_YAML_VALUES} values once its aliases (*name) are expanded")
+        if isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set)):
+            stack.extend(item)
+    return values
+
+
 def read_yaml_mapping(path: str | os.PathLike[str], what: str, expected: str = "a mapping",
                       error: type[Exception] = InputError) -> dict:
     """The mapping YAML file `path` holds ({} for an empty file). Raises `error` naming `what` and the
     path when the file is missing, is not YAML, or does not hold a mapping (described by `expected`)."""
     path = Path(path)
+    if path.is_dir():
+        raise error(f"{what} {path} is a folder; give the path of a YAML file")
     if not path.is_file():
         raise error(f"{what} {path} does not exist")
     try:
-        values = yaml.safe_load(path.read_text()) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as problem:
+        values = load_yaml(path.read_text()) or {}
+    except (yaml.YAMLError, ValueError) as problem:  # UnicodeDecodeError and too-long integers are ValueErrors
         raise error(f"{what} {path} is not valid YAML: {problem}") from None
     if not isinstance(values, dict):
         raise error(f"{what} {path} must hold {expected}, got {values!r}")
@@ -46,8 +72,8 @@ def parse_assignment(item: str, what: str, example: str, error: type[Exception] 
     if not sep or not key:
         raise error(f"{what} {item!r} must look like {example}")
     try:
-        return key, yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as problem:
+        return key, load_yaml(raw) if raw.strip() else ""
+    except (yaml.YAMLError, ValueError) as problem:
         raise error(f"{what} {item!r}: the value is not valid YAML: {problem}") from None
 
 
@@ -63,7 +89,7 @@ def read_preset(kind: str, name_or_path: str, keys: tuple[str, ...], expected: s
             raise error(f"unknown {kind} preset {name_or_path!r}; available: {bundled_presets(kind)} "
                         f"(or give a path to a preset YAML file)")
     values = read_yaml_mapping(path, f"{kind} preset", expected, error)
-    unknown = sorted(set(values) - set(keys))
+    unknown = sorted(set(values) - set(keys), key=str)
     if unknown:
         raise error(f"{kind} preset {path}: unknown key(s) {unknown}; allowed: {', '.join(keys)}")
     return path, values

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch
 
+from attnres.common.errors import InputError
+
 
 def cpu_has_native_bf16() -> bool | None:
     """Whether the CPU advertises bf16 arithmetic (x86 avx512_bf16 / amx_bf16, Arm bf16); None if unknown."""
@@ -43,3 +45,22 @@ def machine_info(device: torch.device) -> dict:
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "cpu_native_bf16": cpu_has_native_bf16(),
             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def check_device(device: str, flag: str = "--device") -> torch.device:
+    """torch.device for `device` ("cpu", "cuda" or "cuda:N"); InputError naming `flag` for any other text,
+    for CUDA where there is none and for an index past the devices present (not checked under torchrun,
+    which gives each process cuda:LOCAL_RANK whatever index was asked for)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        raise InputError(f"{flag} must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"{flag} {device}: CUDA is not available here (torch {torch.__version__}); "
+                             f"use {flag} cpu")
+        if dev.index is not None and "LOCAL_RANK" not in os.environ and dev.index >= torch.cuda.device_count():
+            raise InputError(f"{flag} {device}: only {torch.cuda.device_count()} CUDA device(s) present")
+    return dev

@@ -60,7 +60,8 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
     if changed:
         cost = CostSettings.from_dict({**cost.to_dict(), **changed}, "--set cost")
     variants = values.get("variants") or []
-    if not any(isinstance(v, dict) and v.get("residual") == "standard" for v in variants):
+    if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants) or not any(
+            v.get("residual") == "standard" for v in variants):
         raise RunConfigError(f"preset {path}: 'variants' must list residual schemes and include standard")
     seeds = values.get("seeds", 1)
     check_int(seeds, f"preset {path}: seeds", error=RunConfigError)
@@ -71,10 +72,14 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
 
 def variant_run(base: dict, variant: dict, seed: int, out_dir: str) -> RunConfig:
     """The RunConfig of one variant and seed: the base run with the variant's residual and options."""
-    kind = VARIANTS.get(variant.get("residual"))
+    residual = variant.get("residual")
+    kind = VARIANTS.get(residual) if isinstance(residual, str) else None
+    for section in ("model", "train"):
+        if not isinstance(base.get(section, {}), dict):
+            raise RunConfigError(f"run: '{section}' must be a mapping of its fields, got {base[section]!r}")
     model, _ = upgrade_model_fields({k: v for k, v in variant.items() if k not in VARIANT_TRAIN_KEYS},
                                     flat_options=True, prefix=f"variant {variant}: ", error=RunConfigError)
-    unknown = sorted(set(model) - set(VARIANT_MODEL_KEYS))
+    unknown = sorted(set(model) - set(VARIANT_MODEL_KEYS), key=str)
     if unknown:
         raise RunConfigError(f"variant {variant}: unknown key(s) {unknown}; allowed: "
                              f"{', '.join(VARIANT_MODEL_KEYS + VARIANT_TRAIN_KEYS)} and the options of "

@@ -32,6 +32,7 @@ WARMUP_STEPS_EXCLUDED = 3  # first steps pay one-off costs (allocation, caches)
 
 
 RECORD_FILE = "compare_record.json"  # in each run's folder: its settings and results, once finished
+RECORD_KEYS = ("seed", "final_val_loss", "val_curve", "depth_stats")  # what the report reads of every record
 
 
 @dataclass
@@ -140,16 +141,18 @@ def _train_variant(run, name: str, seed: int, device: str, display: CompareProgr
     return record
 
 
-def finished_record(run: RunConfig, filename: str = RECORD_FILE) -> dict | None:
+def finished_record(run: RunConfig, filename: str = RECORD_FILE,
+                    keys: tuple[str, ...] = RECORD_KEYS) -> dict | None:
     """The record a finished run left in its folder (`filename`); None if there is none. A record of
-    other settings is an error: the folder belongs to another comparison or sweep."""
+    other settings is an error: the folder belongs to another comparison or sweep; so is one without
+    all of `keys`, which the report reads (an earlier version's)."""
     path = Path(run.out_dir) / filename
     if not path.is_file():
         return None
     try:
         saved = json.loads(path.read_text())
         settings, record = saved["run"], saved["record"]
-    except (ValueError, KeyError, TypeError) as error:
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
         raise RunConfigError(f"{path} is unreadable ({error}); delete it to train that run again") from None
     try:  # through RunConfig: a field added since the record was written takes its default
         settings = RunConfig.from_dict(settings).to_dict()
@@ -157,7 +160,44 @@ def finished_record(run: RunConfig, filename: str = RECORD_FILE) -> dict | None:
         pass  # settings this version cannot read: they differ
     if settings != run.to_dict():
         raise RunConfigError(f"{run.out_dir} holds a run with other settings; choose another --out or delete it")
+    missing = [key for key in keys if key not in record] if isinstance(record, dict) else list(keys)
+    if missing:
+        raise RunConfigError(f"{path} is a record of another attnres version (no {', '.join(missing)}); delete it "
+                             f"to train that run again")
+    wrong = [f"{key} ({expected})" for key, (fits, expected) in RECORD_TYPES.items() if key in record
+             and not fits(record[key])]
+    if wrong:
+        raise RunConfigError(f"{path} is corrupt: {', '.join(wrong)} expected; delete it to train that run again")
     return record
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numbers(value, allow_none: bool = True) -> bool:
+    return isinstance(value, list) and all((allow_none and x is None) or _number(x) for x in value)
+
+
+def _curve(value) -> bool:
+    return value is None or isinstance(value, list) and all(
+        isinstance(p, list) and len(p) == 2 and _number(p[0]) and (p[1] is None or _number(p[1])) for p in value)
+
+
+# What the report and the scaling fit read of a record's fields (compare's and scaling's), as they are written.
+RECORD_TYPES = {
+    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    **{key: (lambda v: isinstance(v, str), "a string") for key in ("size", "run_dir")},
+    **{key: (_number, "a number") for key in ("final_val_loss", "step_time_s", "tokens_per_s", "tokens", "flops",
+                                              "parameters", "total_parameters")},
+    "val_curve": (_curve, "[[step, loss], ...]"), "train_curve": (_curve, "[[step, loss], ...]"),
+    "depth_stats": (lambda v: isinstance(v, dict) and (not v or all(_numbers(v.get(key)) for key in (
+        "max_weight", "hidden_rms"))), "an object with lists max_weight and hidden_rms"),
+    "stability": (lambda v: v is None or isinstance(v, dict) and all(x is None or _number(x) for x in v.values()),
+                  "null or an object of numbers"),
+    "expert_load": (lambda v: isinstance(v, list) and all(x and _numbers(x, allow_none=False) for x in v),
+                    "a list of per-layer lists of numbers"),
+}
 
 
 def _run_record(run, result, seed: int, device: str) -> dict:

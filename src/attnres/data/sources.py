@@ -173,31 +173,40 @@ def _read_text(path: Path) -> str:
 
 def _jsonl_documents(path: Path, config: DataConfig) -> Iterator[Document]:
     with path.open("r", encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{number}: invalid JSON ({exc})") from exc
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{number}: expected a JSON object per line, got {type(record).__name__}")
-            yield _document(record, config, f"{path}:{number}")
+        number = 0
+        try:
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except (ValueError, RecursionError) as exc:  # JSONDecodeError, a number of > 4300 digits, deep nesting
+                    raise DataError(f"{path}:{number}: invalid JSON ({exc})") from None
+                if not isinstance(record, dict):
+                    raise DataError(f"{path}:{number}: expected a JSON object per line, got {type(record).__name__}")
+                yield _document(record, config, f"{path}:{number}")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}:{number + 1}: not valid UTF-8 text ({exc})") from None
 
 
 def _parquet_documents(path: Path, config: DataConfig) -> Iterator[Document]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.ParquetFile(path)
-    names = table.schema_arrow.names
-    if config.text_field not in names:
-        raise DataError(f"{path}: no column {config.text_field!r} (DataConfig.text_field); columns: {names}")
-    columns = [config.text_field] + ([config.id_field] if config.id_field in names else [])
-    for batch in table.iter_batches(batch_size=_PARQUET_BATCH, columns=columns):
-        texts = batch.column(config.text_field).to_pylist()
-        ids = batch.column(config.id_field).to_pylist() if len(columns) > 1 else [None] * len(texts)
-        for text, doc_id in zip(texts, ids):
-            yield _document({config.text_field: text, config.id_field: doc_id}, config, str(path))
+    try:
+        table = pq.ParquetFile(path)
+        names = table.schema_arrow.names
+        if config.text_field not in names:
+            raise DataError(f"{path}: no column {config.text_field!r} (DataConfig.text_field); columns: {names}")
+        columns = [config.text_field] + ([config.id_field] if config.id_field in names else [])
+        for batch in table.iter_batches(batch_size=_PARQUET_BATCH, columns=columns):
+            texts = batch.column(config.text_field).to_pylist()
+            ids = batch.column(config.id_field).to_pylist() if len(columns) > 1 else [None] * len(texts)
+            for text, doc_id in zip(texts, ids):
+                yield _document({config.text_field: text, config.id_field: doc_id}, config, str(path))
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # not parquet, truncated, corrupt pages
+        raise DataError(f"{path} is not a readable parquet file ({exc}); write it again, or give the .jsonl or .txt "
+                        f"files it came from") from None
 
 
 def _hf_documents(source: HFSource, config: DataConfig) -> Iterator[Document]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from tokenizers import Tokenizer as _BackendTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from attnres.common.atomic import atomic_file, write_atomic
 from attnres.common.checks import check_int
 from attnres.data.errors import DataError
 from attnres.data.hashing import digest
@@ -90,8 +91,9 @@ class Tokenizer:
         if self._source is not None:
             copy_tokenizer_files(self._source, directory)
             return directory
-        self._backend.save(str(directory / TOKENIZER_FILE))
-        (directory / CONFIG_FILE).write_text(json.dumps(self._bpe_config(), indent=2) + "\n", encoding="utf-8")
+        # each file atomically: a process killed while saving leaves no partial file under its name
+        write_atomic(directory / TOKENIZER_FILE, self._backend.to_str(pretty=True))  # what backend.save writes
+        write_atomic(directory / CONFIG_FILE, json.dumps(self._bpe_config(), indent=2) + "\n")
         return directory
 
     def _bpe_config(self) -> dict:
@@ -130,11 +132,12 @@ class Tokenizer:
 
 
 def copy_tokenizer_files(source: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[str]:
-    """Copy the `TOKENIZER_FILES` that `source` holds into `directory`; returns their names."""
+    """Copy the `TOKENIZER_FILES` that `source` holds into `directory`, each atomically; returns their names."""
     copied = []
     for name in TOKENIZER_FILES:
         if (Path(source) / name).is_file():
-            shutil.copyfile(Path(source) / name, Path(directory) / name)
+            with open(Path(source) / name, "rb") as src, atomic_file(Path(directory) / name, "wb") as dst:
+                shutil.copyfileobj(src, dst)
             copied.append(name)
     return copied
 

@@ -409,6 +409,15 @@ def _load_torch(file: Path) -> dict[str, torch.Tensor]:
 # Whole conversion
 
 
+def _source_weights(config: ModelConfig) -> int:
+    """How many weights a source checkpoint of `config` holds: the model's parameters but the routers'
+    (counted on the meta device: nothing is allocated)."""
+    with torch.device("meta"):
+        model = AttnResLM(config)
+    routing = {name for name, _ in model.routing_parameters()}
+    return sum(p.numel() for name, p in model.named_parameters() if name not in routing)
+
+
 def convert_checkpoint(path, residual: str = "standard", residual_options=None, dtype: torch.dtype = torch.float32,
                        max_seq_len: int | None = None, source_config: dict | None = None) -> AttnResLM:
     """An `AttnResLM` (eval mode, parameters in `dtype`) holding a local HF checkpoint's weights.
@@ -430,8 +439,8 @@ def convert_checkpoint(path, residual: str = "standard", residual_options=None, 
     config = model_config_from_hf(source_config, residual=residual, residual_options=residual_options,
                                   max_seq_len=max_seq_len)
     gguf = str(path).endswith(".gguf")  # transformers reads and dequantises it (needs gguf, accelerate)
-    state = convert_state_dict(read_gguf_weights(path) if gguf else _read_weights(_checkpoint_directory(path),
-                                                                                 source_config), config)
+    state = convert_state_dict(read_gguf_weights(path, _source_weights(config)) if gguf else _read_weights(
+        _checkpoint_directory(path), source_config), config)
     # Build directly in `dtype` so a bf16 conversion never holds an fp32 copy of the model.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)

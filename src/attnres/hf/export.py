@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import glob
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,20 +33,28 @@ def to_hf_model(model: AttnResLM, token_ids: dict | None = None, generation: dic
     return wrapper.eval()
 
 
+def check_new_dir(out_dir: str | Path) -> Path:
+    """`out_dir` as a Path; ConversionError when it exists and is not an empty directory (nothing is overwritten)."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConversionError(f"output directory {str(out)!r} already exists and is not empty; choose another "
+                              f"--out or delete it")
+    return out
+
+
 def save_hf(model: AttnResLM, out_dir: str | Path, tokenizer_dir: str | Path | None = None,
             token_ids: dict | None = None, generation: dict | None = None) -> Path:
     """save_pretrained (model.safetensors, config.json, generation_config.json) plus the tokenizer
     files of tokenizer_dir (`TOKENIZER_FILES`, chat template included) into out_dir; returns it.
 
-    The directory is built beside out_dir and renamed into place, so out_dir holds a whole model or
-    nothing; an out_dir that exists and is not empty is refused (nothing is overwritten).
+    The directory is built beside out_dir (`.NAME.PID.*.tmp`) and renamed into place, so out_dir holds a
+    whole model or nothing; an out_dir that exists and is not empty is refused (nothing is overwritten).
+    What a killed conversion into out_dir left beside it (its process gone) is removed first.
     token_ids and generation as in `to_hf_model`."""
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConversionError(f"output directory {str(out)!r} already exists and is not empty; choose another "
-                              f"--out or delete it")
+    out = check_new_dir(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    _remove_killed_builds(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp", dir=out.parent))
     try:
         to_hf_model(model, token_ids, generation).save_pretrained(tmp)
         if tokenizer_dir is not None:
@@ -58,6 +68,25 @@ def save_hf(model: AttnResLM, out_dir: str | Path, tokenizer_dir: str | Path | N
     return out
 
 
+def _remove_killed_builds(out: Path) -> None:
+    """Delete the temporary directories `save_hf` builds beside `out` whose process no longer runs: a
+    killed conversion's half-built model (as large as the model) would otherwise stay there, hidden."""
+    for path in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
+        parts = path.name[len(out.name) + 2:].split(".")  # PID, mkdtemp's random part, "tmp"
+        if len(parts) == 3 and parts[0].isdigit() and not _running(int(parts[0])):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's
+    return True
+
+
 def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "standard",
                   residual_options: dict | None = None, dtype: torch.dtype = torch.float32,
                   max_seq_len: int | None = None) -> tuple[Path, AttnResLM]:
@@ -66,6 +95,7 @@ def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "stan
     its generation defaults (generation_config.json, eos lists included; for a GGUF file, those
     transformers derives from its metadata) and its tokenizer (copied, or the GGUF's embedded one
     saved), chat template included. Returns (out_dir, the converted model)."""
+    check_new_dir(out_dir)  # now, not after the conversion
     source_config = read_source_config(source)  # once: a GGUF file's metadata takes seconds to read
     model = convert_checkpoint(source, residual=residual, residual_options=residual_options, dtype=dtype,
                                max_seq_len=max_seq_len, source_config=source_config)

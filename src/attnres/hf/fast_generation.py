@@ -11,13 +11,14 @@ streamers, returning scores, ...) is refused by name rather than silently ignore
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from safetensors import SafetensorError
+from transformers import AutoModelForCausalLM, GenerationConfig
 
 from attnres.common.errors import InputError
+from attnres.hf.model_dir import check_model_dir, load_tokenizer
 from attnres.model.generation import GREEDY, FastGenerator, GenerationResult, Sampling
 
 # Options the fast loop implements; every other generation option must keep transformers' default.
@@ -138,23 +139,10 @@ def load_model_dir(model_dir, device: str = "cpu", dtype: torch.dtype = torch.fl
     directory written by `attnres convert` or a training checkpoint; InputError saying what is missing
     otherwise."""
     path = Path(model_dir)
-    config_path = path / "config.json"
-    if not config_path.is_file():
-        raise InputError(f"MODEL {str(path)!r} is not a model directory (no config.json); give a directory written "
-                         f"by `attnres convert` or a training checkpoint (runs/X/checkpoints/step_N)")
-    try:
-        model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
-        raise InputError(f"MODEL {str(path)!r}: config.json is not a JSON object ({error})") from None
-    if model_type != "attnres":
-        raise InputError(f"MODEL {str(path)!r} holds a {model_type!r} model, not an attnres one; convert it first: "
-                         f"attnres convert {path} --out DIR")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    except (OSError, ValueError) as error:
-        raise InputError(f"MODEL {str(path)!r}: no tokenizer could be loaded from it ({error})") from None
+    check_model_dir(path)  # config.json, the weights' headers: one line each, not transformers' tracebacks
+    tokenizer = load_tokenizer(path, padding_side="left")
     try:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except OSError as error:
+    except (OSError, SafetensorError) as error:
         raise InputError(f"MODEL {str(path)!r}: its weights could not be loaded ({error})") from None
     return model.to(device).eval(), tokenizer

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 
-from attnres.common.checks import check_bool, check_int, check_positive_number
+from attnres.common.checks import check_bool, check_int, check_positive_number, divisors_hint
 from attnres.common.errors import InputError
 from attnres.model.attention_config import KDAConfig, MLAConfig
 from attnres.model.moe_config import MoEConfig
@@ -14,6 +14,7 @@ from attnres.residual.legacy import upgrade_model_fields
 # What a layer's token mixer is (transformers' `layer_types` names): softmax attention over the
 # sequence (grouped-query, or latent with `mla`), or Kimi Delta Attention (needs `kda`).
 LAYER_TYPES = ("full_attention", "linear_attention")
+MAX_LAYERS = 4096  # far deeper than any model trained (a few hundred layers); the checks are linear in depth
 FULL_ATTENTION_EVERY = 4  # Kimi Linear's pattern without layer_types: layers 4, 8, ... (1-based) full
 
 
@@ -84,6 +85,8 @@ class ModelConfig:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
                      "intermediate_size", "max_seq_len"):
             check_int(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
+        if self.num_layers > MAX_LAYERS:  # checking the residual scheme builds one router per sub-layer
+            raise ConfigError(f"ModelConfig.num_layers must be at most {MAX_LAYERS}, got {self.num_layers}")
         if self.head_dim is None:
             if self.hidden_size % self.num_heads:
                 raise ConfigError(
@@ -96,7 +99,7 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 f"ModelConfig.num_kv_heads must divide num_heads={self.num_heads}; allowed values: "
-                f"{[d for d in range(1, self.num_heads + 1) if self.num_heads % d == 0]}, got {self.num_kv_heads}")
+                f"{divisors_hint(self.num_heads)}, got {self.num_kv_heads}")
         for name in ("rope_theta", "norm_eps", "init_std"):
             check_positive_number(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
         for name in ("tie_embeddings", "qk_norm", "attention_bias"):
@@ -172,24 +175,40 @@ class ModelConfig:
     def from_hf_dict(cls, values: dict) -> "ModelConfig":
         """Inverse of `to_hf_dict` (other keys of a config.json are ignored); a config.json written
         before the options were typed loads too (`attnres.residual.legacy`)."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"config.json must hold a JSON object of model fields, got {type(values).__name__}")
         ours = {f.name for f in fields(cls)}
         back = {hf: name for name, hf in HF_NAMES.items()}
         values, _ = upgrade_model_fields({back.get(key, key): value for key, value in values.items()},
                                          prefix="config.json: ", error=ConfigError)
-        return cls(**{key: value for key, value in values.items() if key in ours})
+        return cls._with_required({key: value for key, value in values.items() if key in ours}, "config.json",
+                                  HF_NAMES)
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":
         """Build from a dict (a YAML `model:` section), rejecting unknown keys by name. The variant's
         options may also be written at the top level (`num_blocks: 4`); fields written before the
         options were typed are translated (`attnres.residual.legacy`; run settings are dropped)."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"ModelConfig must be built from a mapping of its fields, got {type(values).__name__}")
         values, _ = upgrade_model_fields(values, flat_options=True, prefix="ModelConfig.", error=ConfigError)
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - known, key=str)
         if unknown:
-            kind = VARIANTS[values["residual"]].options if values.get("residual") in VARIANTS else None
+            residual = values.get("residual")
+            kind = VARIANTS[residual].options if isinstance(residual, str) and residual in VARIANTS else None
             extra = f"; options of residual={values.get('residual')!r}: {kind.names()}" if kind else ""
             raise ConfigError(f"ModelConfig: unknown field(s) {unknown}; allowed fields: {sorted(known)}{extra}")
+        return cls._with_required(values, "ModelConfig")
+
+    @classmethod
+    def _with_required(cls, values: dict, where: str, names: dict | None = None) -> "ModelConfig":
+        """cls(**values), or ConfigError naming the required fields `values` lacks (under `names`' spelling)."""
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        missing = [(names or {}).get(name, name) for name in required if name not in values]
+        if missing:
+            raise ConfigError(f"{where}: missing field(s) {missing}; required fields: "
+                              f"{[(names or {}).get(name, name) for name in required]}")
         return cls(**values)
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, dataclass_from_dict
+from attnres.common.checks import (check_bool, check_choice, check_int, check_positive_number, dataclass_from_dict,
+                                   divisors_hint)
 from attnres.common.errors import InputError
 
 SCORINGS = ("softmax", "sigmoid")
@@ -53,8 +54,7 @@ class MoEConfig:
         check_positive_number(self.routed_scale, "MoEConfig.routed_scale")
         if self.num_experts % self.num_groups:
             raise InputError(f"MoEConfig.num_groups must divide num_experts={self.num_experts}; allowed values: "
-                             f"{[g for g in range(1, self.num_experts + 1) if self.num_experts % g == 0]}, "
-                             f"got {self.num_groups}")
+                             f"{divisors_hint(self.num_experts)}, got {self.num_groups}")
         per_group = self.num_experts // self.num_groups
         if self.num_groups > 1 and per_group < 2:
             raise InputError(f"MoEConfig.num_groups: a group is scored by its two best experts, so it needs at "

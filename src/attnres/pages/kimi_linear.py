@@ -4,6 +4,7 @@ results/kimi-linear-stability: scripts/kimi_linear.sh), alone and beside the den
 from __future__ import annotations
 
 from attnres.pages.ablation import ABLATION, scale_words, step_cell, stability_grid
+from attnres.pages.costs import FP32, code_path, ratios, shape_words, x
 from attnres.pages.seeds import (interval, losses_by_seed, paired_difference, seed_range, signed_interval, table,
                                  variants_by_name)
 from attnres.pages.sources import provenance
@@ -85,3 +86,25 @@ def moe_dispatch(ctx) -> str:
             f"{s['shared']} shared, forward and backward, median of {s['rounds']} interleaved rounds; the dense "
             f"SwiGLU has the same active width ({(s['top_k'] + s['shared']) * s['expert_size']}).")
     return "\n\n".join([table(header, rows), what + " " + provenance(results, ctx.source(DISPATCH))])
+
+
+BENCH = "bench-kimi-linear/bench.json"
+
+
+def kimi_linear_costs(ctx) -> str:
+    """Each variant's training step, memory, prefill and decoding as multiples of standard's on Kimi
+    Linear, beside its training step on the dense decoder of the same size (attnres bench, fp32)."""
+    kimi, dense = ctx.results.json(BENCH), ctx.results.json(FP32)
+    on_kimi, on_dense = ratios(kimi), ratios(dense)
+    rows = [[name, x(on_dense.get(name, {}).get("train_step")), x(r.get("train_step")), x(r.get("peak_memory")),
+             x(r.get("prefill")), x(r.get("decode_per_token"))] for name, r in on_kimi.items()]
+    steps = {label: bench["models"]["variants"]["standard"]["train_step_s"]["median_s"] * 1e3
+             for label, bench in (("dense", dense), ("Kimi Linear", kimi))}
+    header = ["variant", "train step x, dense", "train step x, Kimi Linear", "peak memory x", "prefill x",
+              "decode per token x"]
+    return "\n\n".join([table(header, rows),
+                        f"*Multiples of `standard` in the same run ({shape_words(kimi)}); standard's fp32 training "
+                        f"step took {steps['Kimi Linear']:.0f} ms on Kimi Linear and {steps['dense']:.0f} ms on the "
+                        f"dense decoder of the same width and depth. Decoding is eager on both.*",
+                        provenance(kimi, ctx.source(BENCH), code_path=code_path(kimi)),
+                        provenance(dense, ctx.source(FP32), code_path=code_path(dense))])

@@ -22,6 +22,7 @@ BLOCKS = {
     "kimi-linear-ablation": kimi_linear.kimi_linear_ablation,
     "ablation-side-by-side": kimi_linear.ablation_side_by_side,
     "moe-dispatch": kimi_linear.moe_dispatch,
+    "kimi-linear-costs": kimi_linear.kimi_linear_costs,
     "study-variants": study.study_variants,
     "study-blocks": study.study_blocks,
     "study-query-init": study.study_query_init,

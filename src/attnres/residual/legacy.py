@@ -36,7 +36,7 @@ def upgrade_model_fields(values: dict, *, flat_options: bool = False, prefix: st
     settings = {name: values.pop(name) for name in RUN_SETTINGS if name in values}
     settings = {name: value for name, value in settings.items() if value != RUN_SETTINGS[name]}
     residual = values.get("residual", "standard")
-    if residual not in VARIANTS:
+    if not isinstance(residual, str) or residual not in VARIANTS:
         return values, settings
     names = VARIANTS[residual].options.names()
     nested = values.get("residual_options")

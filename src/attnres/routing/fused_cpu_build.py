@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 
+from attnres.common.atomic import write_atomic
 from attnres.routing import fused_cpu
 
 
@@ -36,8 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"attnres: fused CPU routing extension {what}: {path}", file=sys.stderr)
     print(path)
     if args.path_file:
-        with open(args.path_file, "w") as out:
-            out.write(f"{path}\n")
+        write_atomic(args.path_file, f"{path}\n")  # never a partial path for setup_env.sh to record
     return 0
 
 

@@ -118,7 +118,7 @@ class VariantOptions:
         values = dict(values or {})
         names = cls.names()
         which = f" of residual={variant!r}" if variant else ""
-        unknown = sorted(set(values) - set(names))
+        unknown = sorted(set(values) - set(names), key=str)
         if unknown:
             raise error(f"{prefix.rstrip('.')}: unknown option(s) {unknown}{which}; its options: {names}")
         given = {**cls.defaults(), **values}

@@ -56,6 +56,8 @@ class SizeRules:
             check_int(getattr(self, name), f"rules.{name}", error=ScalingPresetError)
         for name in ("ffn_ratio", "tokens_per_parameter"):
             check_positive_number(getattr(self, name), f"rules.{name}", error=ScalingPresetError)
+            if not math.isfinite(getattr(self, name)):  # rounded up to a whole width / number of steps
+                raise ScalingPresetError(f"rules.{name} must be a finite number, got {getattr(self, name)!r}")
         for name in ("warmup_fraction", "min_lr_ratio"):
             value = getattr(self, name)
             if not is_number(value) or not 0 <= value < 1:
@@ -126,12 +128,18 @@ def load_preset(name_or_path: str, overrides: list[str] = (), variants: list[str
     changed, run_overrides = prefixed_overrides(overrides, RULES_PREFIX, "rules.key=value (e.g. "
                                                 "rules.tokens_per_parameter=5)", ScalingPresetError)
     run = apply_overrides(values.get("run") or {}, run_overrides)
-    rules = _dataclass(SizeRules, {**(values.get("rules") or {}), **changed}, "rules")
+    _check_base_run(run, path)
+    rules = values.get("rules") or {}
+    rules = _dataclass(SizeRules, {**rules, **changed} if isinstance(rules, dict) else rules, "rules")
     gpu = _dataclass(GpuEstimate, values.get("gpu") or {}, "gpu")
     seeds = values.get("seeds", 1)
     check_int(seeds, f"scaling preset {path}: seeds", error=ScalingPresetError)
     chosen = _chosen_variants(values.get("variants") or [], variants, path)
-    sizes = _chosen_sizes([_size_entry(size, i, path) for i, size in enumerate(values.get("sizes") or [])], sizes, path)
+    entries = values.get("sizes") or []
+    if not isinstance(entries, list):
+        raise ScalingPresetError(f"scaling preset {path}: 'sizes' must be a list of mappings with hidden_size and "
+                                 f"num_layers, got {entries!r}")
+    sizes = _chosen_sizes([_size_entry(size, i, path) for i, size in enumerate(entries)], sizes, path)
     if len(sizes) < 2:
         raise ScalingPresetError(f"scaling preset {path}: 'sizes' must list at least 2 sizes (a law has 2 or 3 "
                                  f"parameters; 5 or more give the fit room), got {len(sizes)}")
@@ -170,16 +178,32 @@ def _size_entry(size, index: int, path: Path) -> dict:
     where = f"scaling preset {path}: sizes[{index}]"
     if not isinstance(size, dict):
         raise ScalingPresetError(f"{where} must be a mapping with hidden_size and num_layers, got {size!r}")
-    unknown = sorted(set(size) - set(SIZE_KEYS))
+    unknown = sorted(set(size) - set(SIZE_KEYS), key=str)
     if unknown:
         raise ScalingPresetError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(SIZE_KEYS)}")
     for key in ("hidden_size", "num_layers"):
         if key not in size:
             raise ScalingPresetError(f"{where} needs {key}")
         check_int(size[key], f"{where}.{key}", error=ScalingPresetError)
-    if "seeds" in size:
-        check_int(size["seeds"], f"{where}.seeds", error=ScalingPresetError)
+    for key in ("seeds", "head_dim", "num_heads"):  # the rules divide by the last two
+        if key in size:
+            check_int(size[key], f"{where}.{key}", error=ScalingPresetError)
     return dict(size)
+
+
+def _check_base_run(run: dict, path: Path) -> None:
+    """What `size_run` reads of the base run before RunConfig checks it: the model and train
+    sections as mappings, the batch shape as integers and lr as a number."""
+    for section in ("model", "train"):
+        if not isinstance(run.get(section, {}), dict):
+            raise ScalingPresetError(f"scaling preset {path}: run.{section} must be a mapping of its fields, got "
+                                     f"{run[section]!r}")
+    train = run.get("train", {})
+    for key in ("batch_size", "grad_accum", "seq_len"):
+        if key in train:
+            check_int(train[key], f"scaling preset {path}: run.train.{key}", error=ScalingPresetError)
+    if "lr" in train and not is_number(yaml_number(train["lr"])):
+        raise ScalingPresetError(f"scaling preset {path}: run.train.lr must be a number, got {train['lr']!r}")
 
 
 def _chosen_sizes(entries: list[dict], names: list[str] | None, path: Path) -> list[dict]:
@@ -193,7 +217,8 @@ def _chosen_sizes(entries: list[dict], names: list[str] | None, path: Path) -> l
 
 
 def _chosen_variants(variants: list, names: list[str] | None, path: Path) -> list[dict]:
-    if not any(isinstance(v, dict) and v.get("residual") == "standard" for v in variants):
+    if not isinstance(variants, list) or not all(isinstance(v, dict) for v in variants) or not any(
+            v.get("residual") == "standard" for v in variants):
         raise ScalingPresetError(f"scaling preset {path}: 'variants' must list residual schemes and include standard")
     if not names:
         return list(variants)
@@ -211,7 +236,7 @@ def _dataclass(kind, values: dict, section: str):
     if not isinstance(values, dict):
         raise ScalingPresetError(f"'{section}' must be a mapping of {[f.name for f in fields(kind)]}, got {values!r}")
     allowed = {f.name for f in fields(kind)}
-    unknown = sorted(set(values) - allowed)
+    unknown = sorted(set(values) - allowed, key=str)
     if unknown:
         raise ScalingPresetError(f"unknown {section} key(s) {unknown}; allowed: {sorted(allowed)}")
     return kind(**{key: yaml_number(value) for key, value in values.items()})

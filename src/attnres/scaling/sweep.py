@@ -37,6 +37,7 @@ from attnres.train.metrics import read_metrics
 from attnres.train.stability import run_totals
 
 RECORD_FILE = "scaling_record.json"  # in each run's folder: its settings and results, once finished
+RECORD_KEYS = ("size", "seed", "parameters", "flops", "final_val_loss")  # what the fit and report read of every record
 
 
 def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, command: str = "",
@@ -54,7 +55,7 @@ def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, co
                          f"{MIN_REPEATS}, got {cost_repeats!r}")  # checked before hours of training, not after
     out_dir = Path(out_dir)
     planned = plan_sweep(preset, out_dir, seeds, shard)
-    records = {id(p): finished_record(p.run, RECORD_FILE) for p in planned}
+    records = {id(p): finished_record(p.run, RECORD_FILE, RECORD_KEYS) for p in planned}
     todo = [p for p in planned if records[id(p)] is None and p.mine]
     todo.sort(key=lambda p: p.flops)  # smallest first: a stopped sweep has its small sizes done
     display = CompareProgress(sum(records[id(p)] is not None or p.mine for p in planned),

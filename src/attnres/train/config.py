@@ -213,7 +213,7 @@ def _pipeline_settings(value: PipelineSettings | dict | None) -> PipelineSetting
     names = {f.name for f in fields(PipelineSettings)}
     if not isinstance(value, dict):
         raise TrainConfigError(f"TrainConfig.pipeline must be a mapping of {sorted(names)}, got {value!r}")
-    unknown = sorted(set(value) - names)
+    unknown = sorted(set(value) - names, key=str)
     if unknown:
         raise TrainConfigError(f"unknown train.pipeline key(s) {unknown}; allowed: {sorted(names)}")
     try:

@@ -49,7 +49,8 @@ def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory as given, or a run directory's latest checkpoint (`<run>/checkpoints/step_N`).
 
     Raises CheckpointError for a path that does not exist, for a run directory without checkpoints,
-    and for a folder that is neither (naming the run and checkpoint directories found inside it).
+    for a folder that is neither (naming the run and checkpoint directories found inside it), and for a
+    converted model's directory (config.json, no training state).
     """
     path = Path(path)
     if not path.exists():
@@ -67,6 +68,11 @@ def resolve_checkpoint(path: str | Path) -> Path:
         more = f" (and {len(found) - RUNS_LISTED} more)" if len(found) > RUNS_LISTED else ""
         raise CheckpointError(f"{path} is not a checkpoint directory (runs/X/checkpoints/step_N, with state.json) "
                               f"or a run directory (with checkpoints/){listing}{more}")
+    if path.is_dir() and (path / "config.json").is_file() and not any(
+            (path / name).exists() for name in ("state.json", "trainer.safetensors", ".metadata")):
+        raise CheckpointError(f"{path} is a Hugging Face-format model (`attnres convert` output), not a training "
+                              f"checkpoint (no state.json to name its run's held-out data); measure it with "
+                              f"`attnres analyze {path} --data SOURCE` or `attnres lm-eval {path}`")
     return path
 
 

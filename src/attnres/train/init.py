@@ -40,7 +40,8 @@ def load_initial_weights(model: AttnResLM, directory: str | Path) -> list[str]:
         try:
             state.update({k.removeprefix("model."): v for k, v in load_file(str(file)).items()})
         except SafetensorError as error:
-            raise CheckpointError(f"init_from: {file} is corrupt or unreadable ({error})") from None
+            raise CheckpointError(f"init_from: {file} is corrupt or unreadable ({error}); convert the model again, "
+                                  f"or give another checkpoint") from None
     if model.config.tie_embeddings:
         state.pop("lm_head.weight", None)  # the same tensor as the embedding
     try:

@@ -69,15 +69,23 @@ class RunConfig:
     @classmethod
     def from_dict(cls, values: dict) -> "RunConfig":
         """Build from {"model": ..., "data": ..., "train": ..., "out_dir": ...}; unknown keys are errors."""
-        unknown = sorted(set(values) - set(TOP_LEVEL))
+        if not isinstance(values, dict):
+            raise RunConfigError(f"a run config must be a mapping with sections {list(SECTIONS)}, got "
+                                 f"{type(values).__name__}")
+        unknown = sorted(set(values) - set(TOP_LEVEL), key=str)
         if unknown:
             raise RunConfigError(f"unknown top-level key(s) {unknown}; allowed: {sorted(TOP_LEVEL)}")
         init_from = values.get("init_from")
         if "model" not in values and init_from is None:
             raise RunConfigError("the config needs a 'model' section (ModelConfig fields) or init_from")
         data = _section(values, "data", DataConfig)
+        if not isinstance(values.get("model") or {}, dict):
+            raise RunConfigError(f"'model' must be a mapping of ModelConfig fields, got {values['model']!r}")
         model = {key: yaml_number(value) for key, value in dict(values.get("model") or {}).items()}
         if init_from is not None:
+            if not isinstance(init_from, str) or not init_from.strip():
+                raise RunConfigError(f"init_from must be the path of a Hugging Face-format attnres directory "
+                                     f"(`attnres convert` output or a training checkpoint), got {init_from!r}")
             pretrained = pretrained_model_fields(init_from)
             if model.get("residual", pretrained["residual"]) != pretrained["residual"]:
                 del pretrained["residual_options"]  # another variant: its options are the model section's
@@ -107,8 +115,11 @@ def pretrained_model_fields(directory: str | Path) -> dict:
     except FileNotFoundError:
         raise RunConfigError(f"init_from: {path} does not exist (expected the output of `attnres convert` "
                              f"or a training checkpoint directory)") from None
-    except json.JSONDecodeError as error:
+    except (OSError, ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
         raise RunConfigError(f"init_from: {path} is not valid JSON ({error})") from None
+    if not isinstance(values, dict):
+        raise RunConfigError(f"init_from: {path} must hold a JSON object (an attnres config.json), got "
+                             f"{type(values).__name__}")
     if values.get("model_type") != "attnres":
         raise RunConfigError(f"init_from: {path} describes a {values.get('model_type')!r} model; convert it "
                              f"first with `attnres convert`")
@@ -120,7 +131,7 @@ def _section(values: dict, name: str, kind):
     if not isinstance(section, dict):
         raise RunConfigError(f"'{name}' must be a mapping of {kind.__name__} fields, got {section!r}")
     allowed = {f.name for f in dataclasses.fields(kind)}
-    unknown = sorted(set(section) - allowed)
+    unknown = sorted(set(section) - allowed, key=str)
     if unknown:
         raise RunConfigError(f"unknown {name} key(s) {unknown}; allowed: {sorted(allowed)}")
     return kind(**{key: yaml_number(value) for key, value in section.items()})
@@ -135,6 +146,8 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
     """Apply `section.key=value` strings (value parsed as YAML: 1e-3, true, null, [1, 2]) to a config dict.
 
     A dotted key sets a field of a nested mapping: `train.pipeline.schedule=gpipe`."""
+    if not isinstance(values, dict):
+        raise RunConfigError(f"a run config must be a mapping with sections {list(SECTIONS)}, got {values!r}")
     result = {key: (dict(value) if isinstance(value, dict) else value) for key, value in values.items()}
     for item in overrides:
         key, value = parse_assignment(item, "override", "section.key=value (e.g. train.lr=3e-4)", RunConfigError)
@@ -146,6 +159,8 @@ def apply_overrides(values: dict, overrides: list[str]) -> dict:
             raise RunConfigError(f"override key {key!r} must be out_dir or <section>.<field> with section in "
                                  f"{list(SECTIONS)}")
         target = result.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise RunConfigError(f"override {key!r}: the config's '{section}' is not a mapping but {target!r}")
         if section == "model":
             _drop_other_spelling(target, name)
         *parents, leaf = name.split(".")

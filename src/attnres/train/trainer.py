@@ -94,13 +94,14 @@ class Trainer:
     # ------------------------------------------------------------------ set up
 
     def _set_up(self, checkpoint: Checkpoint | None) -> None:
-        if self.main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(self.run.to_dict(), sort_keys=False))
-        # Rank 0 fills the token cache and writes the tokenizer; the other ranks then read the cache.
-        self.data = main_first(lambda: prepare_data(self.run.data, run_dir=self.run_dir if self.main else None))
+        # Rank 0 fills the token cache; the other ranks then read it.
+        self.data = main_first(lambda: prepare_data(self.run.data))
         self.model = self._starting_model(checkpoint)
         self.parallel = self._wrap()
+        if self.main:  # only now, with the data, the weights and the split checked: bad input writes nothing
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(self.run.to_dict(), sort_keys=False))
+            self.data.tokenizer.save(self.run_dir / "tokenizer")
         self.routers = expert_routers(self.model)
         take_step_loads(self.routers)  # forget anything counted before training (e.g. a warm-up forward)
         self.optimizer = build_optimizer(self.model, self.cfg, only=self.parallel.trained_parameter_names())
