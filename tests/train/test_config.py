@@ -73,3 +73,10 @@ def test_bundled_configs_are_valid():
     for path in files:
         run = load_run_config(path)
         assert run.build_model_config(vocab_size=151936).num_layers >= 1
+
+
+@pytest.mark.parametrize("field", ["lr", "grad_clip", "weight_decay", "expert_balance_rate"])
+def test_infinite_or_nan_values_are_refused_by_name(field):
+    for value in (float("inf"), float("nan")):
+        with pytest.raises(TrainConfigError, match=rf"TrainConfig\.{field} must be"):
+            TrainConfig(**{field: value})

@@ -8,6 +8,7 @@ message that starts with `name`, so the message names what the user wrote: "Mode
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 
 from attnres.common.errors import InputError
@@ -38,8 +39,9 @@ def check_int(value: object, name: str, *, minimum: int = 1, allow_none: bool = 
 
 
 def check_positive_number(value: object, name: str, *, error: type[Exception] = InputError) -> None:
-    """Raise `error` unless `value` is a number > 0: "<name> must be a positive number, got -1"."""
-    if not (is_number(value) and value > 0):
+    """Raise `error` unless `value` is a finite number > 0: "<name> must be a positive number, got -1"
+    (inf and nan are refused too: no setting of attnres means anything at infinity)."""
+    if not (is_number(value) and 0 < value < math.inf):
         raise error(f"{name} must be a positive number, got {value!r}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 
 from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, is_number
@@ -109,10 +110,10 @@ class TrainConfig:
             check_positive_number(getattr(self, name), f"TrainConfig.{name}", error=TrainConfigError)
         if not is_number(self.min_lr) or not 0 <= self.min_lr <= self.lr:
             raise TrainConfigError(f"TrainConfig.min_lr must be a number in [0, lr={self.lr}], got {self.min_lr!r}")
-        if not is_number(self.expert_balance_rate) or self.expert_balance_rate < 0:
+        if not is_number(self.expert_balance_rate) or not 0 <= self.expert_balance_rate < math.inf:
             raise TrainConfigError(f"TrainConfig.expert_balance_rate must be a number >= 0 (0: no balancing), "
                                    f"got {self.expert_balance_rate!r}")
-        if not is_number(self.weight_decay) or self.weight_decay < 0:
+        if not is_number(self.weight_decay) or not 0 <= self.weight_decay < math.inf:
             raise TrainConfigError(f"TrainConfig.weight_decay must be a number >= 0, got {self.weight_decay!r}")
         for name in ("beta1", "beta2"):
             value = getattr(self, name)
