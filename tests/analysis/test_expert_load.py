@@ -1,6 +1,8 @@
 """Expert load (attnres.analysis.expert_load): the share of assignments each expert gets, per MoE layer,
 and the imbalance (largest over mean) the balancing drives down."""
 
+import math
+
 import pytest
 import torch
 
@@ -34,3 +36,8 @@ def test_a_dense_model_has_no_expert_load():
     model = AttnResLM(ModelConfig(vocab_size=50, hidden_size=16, num_layers=2, num_heads=2, num_kv_heads=1,
                                   intermediate_size=32))
     assert collect_expert_loads(model, [torch.zeros(1, 4, dtype=torch.long)]) == []
+
+
+def test_imbalance_is_the_largest_load_over_the_mean():
+    assert [load_imbalance(row) for row in ([1.0, 1.0, 1.0, 1.0], [4.0, 0.0, 0.0, 0.0])] == [1.0, 4.0]
+    assert math.isnan(load_imbalance([0.0] * 4))  # a layer without assignments

@@ -78,9 +78,14 @@ def dataclass_from_dict(cls, values, name: str):
     unknown = sorted(set(values) - known, key=str)
     if unknown:
         raise InputError(f"{cls.__name__}: unknown field(s) {unknown}; allowed fields: {sorted(known)}")
-    missing = [name for name, f in cls.__dataclass_fields__.items() if name not in values
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    required = required_fields(cls)
+    missing = [name for name in required if name not in values]
     if missing:
-        raise InputError(f"{cls.__name__}: missing field(s) {missing}; required fields: "
-                         f"{[n for n, f in cls.__dataclass_fields__.items() if f.default is dataclasses.MISSING]}")
+        raise InputError(f"{cls.__name__}: missing field(s) {missing}; required fields: {required}")
     return cls(**values)
+
+
+def required_fields(cls) -> list[str]:
+    """The fields of dataclass `cls` without a default, in declaration order."""
+    return [f.name for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]

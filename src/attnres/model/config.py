@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields
 
-from attnres.common.checks import check_bool, check_int, check_positive_number, divisors_hint
+from attnres.common.checks import check_bool, check_int, check_positive_number, divisors_hint, required_fields
 from attnres.common.errors import InputError
 from attnres.model.attention_config import KDAConfig, MLAConfig
 from attnres.model.moe_config import MoEConfig
@@ -104,21 +104,15 @@ class ModelConfig:
             check_positive_number(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
         for name in ("tie_embeddings", "qk_norm", "attention_bias"):
             check_bool(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
-        if self.moe is not None:
-            try:
-                moe = MoEConfig.from_dict(self.moe)
-            except InputError as error:
-                raise ConfigError(f"ModelConfig.moe: {error}") from None
-            if moe.dense_layers > self.num_layers:
-                raise ConfigError(f"ModelConfig.moe: dense_layers must be from 0 to num_layers={self.num_layers}, "
-                                  f"got {moe.dense_layers}")
-            object.__setattr__(self, "moe", moe)
-        for name, kind in (("mla", MLAConfig), ("kda", KDAConfig)):
+        for name, kind in (("moe", MoEConfig), ("mla", MLAConfig), ("kda", KDAConfig)):
             if getattr(self, name) is not None:
                 try:
                     object.__setattr__(self, name, kind.from_dict(getattr(self, name)))
                 except InputError as error:
                     raise ConfigError(f"ModelConfig.{name}: {error}") from None
+        if self.moe is not None and self.moe.dense_layers > self.num_layers:
+            raise ConfigError(f"ModelConfig.moe: dense_layers must be from 0 to num_layers={self.num_layers}, "
+                              f"got {self.moe.dense_layers}")
         self._check_layer_types()
         options = resolve_options(self.residual, self.residual_options, self.num_layers, prefix="ModelConfig.",
                                   error=ConfigError)
@@ -204,11 +198,12 @@ class ModelConfig:
     @classmethod
     def _with_required(cls, values: dict, where: str, names: dict | None = None) -> "ModelConfig":
         """cls(**values), or ConfigError naming the required fields `values` lacks (under `names`' spelling)."""
-        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
-        missing = [(names or {}).get(name, name) for name in required if name not in values]
+        names = names or {}
+        required = required_fields(cls)
+        missing = [names.get(name, name) for name in required if name not in values]
         if missing:
             raise ConfigError(f"{where}: missing field(s) {missing}; required fields: "
-                              f"{[(names or {}).get(name, name) for name in required]}")
+                              f"{[names.get(name, name) for name in required]}")
         return cls(**values)
 
 

@@ -55,11 +55,4 @@ def update_score_bias(routers: list[ExpertRouter], loads: torch.Tensor, rate: fl
             router.score_bias.add_(step.to(router.score_bias.dtype))
 
 
-def load_imbalance_of(loads: torch.Tensor) -> list[float]:
-    """Per router, its largest expert load over the mean load (1.0: balanced), from loads (R, E);
-    NaN for a router without assignments."""
-    total = loads.sum(dim=1)
-    return [float(row.max() * row.numel() / s) if s > 0 else float("nan") for row, s in zip(loads, total, strict=True)]
-
-
-__all__ = ["expert_routers", "load_imbalance_of", "take_step_loads", "update_score_bias"]
+__all__ = ["expert_routers", "take_step_loads", "update_score_bias"]

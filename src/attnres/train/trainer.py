@@ -23,6 +23,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
+from attnres.analysis import load_imbalance
 from attnres.checkpoint import Checkpoint, CheckpointError, checkpoint_dirs
 from attnres.checkpoint.hf_dir import hf_directory_files, read_generation_config
 from attnres.common.atomic import write_atomic
@@ -33,7 +34,7 @@ from attnres.distributed.pipeline_layout import PipelineConfigError
 from attnres.distributed.wrap import wrap_model
 from attnres.distributed.wrapper import ParallelModel
 from attnres.model import AttnResLM
-from attnres.model.moe_balance import expert_routers, load_imbalance_of, take_step_loads, update_score_bias
+from attnres.model.moe_balance import expert_routers, take_step_loads, update_score_bias
 from attnres.residual.legacy import upgrade_model_fields
 from attnres.train.config import pipeline_setting_error, resolve_parallel
 from attnres.train.diagnostics import routing_diagnostics
@@ -231,7 +232,7 @@ class Trainer:
             return {}
         loads = all_reduce_tensor_sum(take_step_loads(self.routers))
         update_score_bias(self.routers, loads, self.cfg.expert_balance_rate)
-        imbalance = load_imbalance_of(loads)
+        imbalance = [load_imbalance(layer) for layer in loads.tolist()]
         return {"moe/imbalance": imbalance, "moe/imbalance_max": max(imbalance)}
 
     def _at_intervals(self, record: dict) -> None:
