@@ -2,12 +2,15 @@
 a change to a result file makes the check fail, naming the page and the block."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from attnres.pages import PageError, check_pages, render_pages
+from attnres.pages.markers import find_blocks
+from attnres.pages.render import same_to_rounding
 from attnres.pages.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +26,7 @@ def copy(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.recorded
 def test_the_committed_pages_are_what_their_result_files_say():
     assert check_pages(ROOT) == [], "run `python -m attnres.pages` and commit the pages"
 
@@ -83,3 +87,39 @@ def test_an_unknown_block_is_refused_with_the_known_names(copy, tmp_path):
 def test_the_command_refuses_a_folder_that_is_not_the_repository(tmp_path, capsys):
     assert main(["--root", str(tmp_path), "--check"]) == 2
     assert "is not the attnres repository" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old, new", [
+    ("Block \u22120.125 \u00b1 0.041 nats", "Block \u22120.124 \u00b1 0.041 nats"),  # one unit of the last digit
+    ("| 1.08x | 4.765 |", "| 1.09x | 4.764 |"),
+    ("-0.001 or +0.000", "+0.000 or -0.000"),  # across zero
+])
+def test_a_figure_one_unit_apart_in_its_last_digit_is_current(old, new):
+    assert same_to_rounding(old, new)
+
+
+@pytest.mark.parametrize("old, new", [
+    ("Block \u22120.125 nats", "Block \u22120.127 nats"),  # two units
+    ("Block \u22120.125 nats", "Block \u22120.12 nats"),  # printed to other digits
+    ("8 seeds", "9 seeds"),  # whole numbers are exact
+    ("Block 0.125 nats", "Full 0.125 nats"),  # the words are exact
+    ("0.125 and 0.3", "0.125"),
+])
+def test_any_other_difference_is_stale(old, new):
+    assert not same_to_rounding(old, new)
+
+
+def test_a_figure_one_unit_apart_is_not_rewritten(copy, tmp_path):
+    from attnres.pages import write_pages
+
+    root = tmp_path / "repo"
+    shutil.copytree(copy, root)
+    readme = root / "README.md"
+    text = readme.read_text()
+    block = next(b for b in find_blocks(text) if b.name == "recommendation")
+    figure = re.search(r"\d+\.(\d+)", text[block.start:block.end])
+    digits = len(figure.group(1))
+    shifted = f"{float(figure.group(0)) + 10.0 ** -digits:.{digits}f}"
+    start = block.start + figure.start()
+    readme.write_text(text[:start] + shifted + text[start + len(figure.group(0)):])
+    assert check_pages(root) == [] and write_pages(root) == []  # as another CPU might print it: left alone

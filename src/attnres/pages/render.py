@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,21 +74,53 @@ def render_pages(root: Path) -> dict[Path, tuple[str, str]]:
 
 
 def check_pages(root: Path) -> list[str]:
-    """The pages whose generated blocks differ from what their result files say (empty: all current)."""
+    """The pages whose generated blocks differ from what their result files say (empty: all current).
+    A figure that differs only by rounding (`same_to_rounding`) is current."""
     stale = []
     for path, (text, new) in render_pages(root).items():
-        if text != new:
+        if not same_to_rounding(text, new):
             names = [b.name for b, nb in zip(find_blocks(text), find_blocks(new))
-                     if text[b.start:b.end] != new[nb.start:nb.end]]
+                     if not same_to_rounding(text[b.start:b.end], new[nb.start:nb.end])]
             stale.append(f"{path.relative_to(root).as_posix()}: {', '.join(names)}")
     return stale
+
+
+# A decimal number, with its sign (a page writes minus as "-" or as U+2212).
+_DECIMAL = re.compile(r"([-+\u2212]?\d+\.\d+)")
+
+
+def same_to_rounding(old: str, new: str) -> bool:
+    """Whether two texts are the same but for decimal numbers printed with the same number of digits
+    that differ by at most one unit of their last digit.
+
+    A page's figures are computed from result files on whatever machine checks the pages, and the
+    arithmetic behind one (numpy's exp or log, say) may round differently on another CPU's kernels, so
+    a value next to a rounding boundary can print one unit apart there. Whole numbers (counts, steps,
+    seeds) must match exactly."""
+    if old == new:
+        return True
+    old_parts, new_parts = _DECIMAL.split(old), _DECIMAL.split(new)
+    if len(old_parts) != len(new_parts):
+        return False
+    for i, (a, b) in enumerate(zip(old_parts, new_parts)):
+        if i % 2 == 0 or a == b:  # text between numbers, or an equal number
+            if a != b:
+                return False
+            continue
+        digits = len(a.split(".")[1])
+        if len(b.split(".")[1]) != digits:
+            return False
+        x, y = (float(v.replace("\u2212", "-")) for v in (a, b))
+        if abs(x - y) > 1.5 * 10.0 ** -digits:  # one unit, with room for the float's own rounding
+            return False
+    return True
 
 
 def write_pages(root: Path) -> list[Path]:
     """Regenerate every generated block in place (atomically); the pages that changed."""
     changed = []
     for path, (text, new) in render_pages(root).items():
-        if text != new:
+        if not same_to_rounding(text, new):  # a page is not rewritten for another machine's rounding
             write_atomic(path, new)
             changed.append(path)
     return changed
