@@ -5,7 +5,7 @@ import torch
 
 from attnres import AttnResLM, ModelConfig
 from attnres.model import KVCache
-from attnres.model.cache import MIN_CAPACITY
+from attnres.model.cache import MIN_CAPACITY, cached_length
 
 
 def kv(batch=2, heads=3, length=1, dim=4, start=0.0):
@@ -64,3 +64,30 @@ def test_layers_fill_independently_and_decoding_through_the_model_reuses_storage
         full = model(ids).logits
     assert [k.data_ptr() for k in cache.keys.values()] == pointers and cache.lengths == {0: 9, 1: 9}
     torch.testing.assert_close(torch.cat(logits, dim=1), full[:, 4:], rtol=1e-5, atol=1e-5)
+
+
+class LayerLengths:
+    """A cache as transformers 5.25 reports its length: per layer, where layer 0 is a linear-attention
+    layer counting something else, and a static layer's count is a tensor."""
+
+    def get_seq_length(self, layer_idx: int = 0):
+        return torch.tensor([4, 7][layer_idx])
+
+
+def test_the_cached_length_is_read_from_an_attention_layer_as_an_int():
+    length = cached_length(LayerLengths(), 1)
+    assert length == 7 and type(length) is int
+    assert cached_length(None, 1) == 0
+
+
+def test_a_kimi_linear_model_reads_its_cache_length_from_its_first_full_attention_layer():
+    from tests.model.test_kimi_decoder import config_for
+
+    model = AttnResLM(config_for(layer_types=["linear_attention", "linear_attention", "full_attention",
+                                              "full_attention"])).eval()
+    assert model.first_attention_layer == 2
+    cache, ids = KVCache(), torch.randint(0, 64, (2, 5))
+    with torch.no_grad():
+        model(ids, cache=cache)
+        out = model(ids[:, :1], cache=cache, attention_mask=torch.ones(2, 6, dtype=torch.long))
+    assert cache.get_seq_length(2) == 6 and out.logits.shape == (2, 1, 64)

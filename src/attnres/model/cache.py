@@ -160,6 +160,16 @@ class ColumnWriter:
         return keys, values
 
 
+def cached_length(cache, layer_idx: int) -> int:
+    """How many positions `cache` (an attnres KVCache, a transformers Cache, or None) holds, read
+    from attention layer `layer_idx`, as an int. transformers reports a layer's length as an int or,
+    for static layers, as a tensor; and from 5.25 on, its default layer (0) may be a linear-attention
+    layer whose own count is not the sequence length, so the layer is always named."""
+    if cache is None:
+        return 0
+    return int(cache.get_seq_length(layer_idx))
+
+
 def linear_states(cache):
     """`cache` as a Kimi Delta Attention layer reads it (`linear_state`, `set_linear_state`): an attnres
     cache as it is, a transformers Cache through its linear-attention methods, None as None."""

@@ -10,6 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from attnres.common.errors import InputError
+from attnres.model.cache import cached_length
 from attnres.model.config import ModelConfig
 from attnres.model.init import init_module
 from attnres.model.layers import DecoderLayer, RotaryEmbedding, padded_causal_mask, padded_positions
@@ -49,6 +50,9 @@ class AttnResLM(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
+        # A cache's length is read from an attention layer: a linear-attention layer holds no positions.
+        self.first_attention_layer = next(i for i in range(config.num_layers)
+                                          if config.layer_type(i) == "full_attention")
         self.residual: ResidualScheme = build_residual(
             config.residual, config.residual_options, num_layers=config.num_layers, hidden_size=config.hidden_size,
             eps=config.norm_eps, init_std=config.init_std)
@@ -104,7 +108,7 @@ class AttnResLM(nn.Module):
         passes them). Without a mask, or with an all-ones one seen on a first call, the fast causal
         path runs and no mask is built.
         """
-        past = cache.get_seq_length() if cache is not None else 0
+        past = cached_length(cache, self.first_attention_layer)
         self._check_input_ids(input_ids, past)
         attention_mask = self._padding_mask(attention_mask, input_ids, past)
         new = input_ids.shape[1]
