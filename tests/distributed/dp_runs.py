@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed.spawn import run_workers
-from tests.distributed.workers import copy_run, run_jobs
+from tests.distributed.workers import clear_outputs, run_jobs
 from tests.train.conftest import tiny_run
 
 # Relative tolerances of data-parallel against single-process runs, also stated in
@@ -96,10 +96,11 @@ def _train_all(runs: Runs) -> None:
 
     for kind in TRAIN:  # one process: the references
         train(RunConfig.from_dict(runs.config(f"ref_{kind}", kind)))
-    # Single-process checkpoints cut back to step 5, for 2-rank resumes.
-    copy_run(runs.dir("ref_routed"), runs.dir("from1_fsdp"), SAVE_EVERY)
-    copy_run(runs.dir("ref_standard"), runs.dir("from1_ddp"), SAVE_EVERY)
     jobs = [{"kind": "env", "out": str(runs.root / "env")}, {"kind": "sharded", "out": str(runs.root / "sharded")}]
+    # Single-process checkpoints cut back to step 5, for 2-rank resumes (copied by a job, so that a
+    # retried spawn starts from them again).
+    jobs += [{"kind": "copy", "src": str(runs.dir(f"ref_{kind}")), "dst": str(runs.dir(dst)), "keep_step": SAVE_EVERY}
+             for kind, dst in (("routed", "from1_fsdp"), ("standard", "from1_ddp"))]
     for kind, mode in [("standard", "ddp"), ("standard", "fsdp"), ("routed", "ddp"), ("routed", "fsdp"),
                        ("gated", "fsdp"), ("bf16", "fsdp"), ("kimi", "ddp"), ("kimi", "fsdp")]:
         jobs.append({"kind": "train", "run": runs.config(f"{mode}_{kind}", kind, parallel=mode)})
@@ -117,7 +118,7 @@ def _train_all(runs: Runs) -> None:
         {"kind": "error", "run": runs.config("bad_batch", "routed", parallel="ddp", batch_size=3),
          "out": str(runs.root / "batch_error")},
     ]
-    run_workers(run_jobs, WORLD, jobs)
+    run_workers(run_jobs, WORLD, jobs, reset=lambda: clear_outputs(jobs))
 
 
 def losses(run_dir: Path, key: str = "loss") -> list[tuple[int, float]]:

@@ -20,7 +20,7 @@ from attnres.train import RunConfig, TrainConfig, TrainConfigError, load_run_con
 from attnres.checkpoint import DCP_FORMAT, checkpoint_dirs
 from tests.distributed.dp_runs import FP32_RTOL, KIMI, KIMI_RTOL, assert_close, losses
 from tests.distributed.spawn import run_workers
-from tests.distributed.workers import copy_run, run_jobs
+from tests.distributed.workers import clear_outputs, copy_run, run_jobs
 from tests.train.conftest import corpus_dir, tiny_run  # noqa: F401  (fixture)
 
 # fp32 tolerance against one process, also stated in docs/explanation/pipeline.md: the pipeline runs the same
@@ -61,14 +61,15 @@ def runs(tmp_path_factory, corpus_dir):  # noqa: F811
         patch.setenv("ATTNRES_CACHE", str(root / "cache"))  # inherited by the spawned ranks
         for model in MODELS:
             train(RunConfig.from_dict(make_run(corpus, root / f"ref_{model}", model)))
-        copy_run(root / "ref_routed", root / "from1_pipe", SAVE_EVERY)
         bad_layout = make_run(corpus, root / "bad_layout", "routed", "interleaved", steps=1)
         bad_layout["model"]["num_blocks"] = 2  # blocks of 2 layers: a 4-stage split cuts them
         jobs = [{"kind": "train", "run": make_run(corpus, root / f"{schedule}_{model}", model, schedule,
                                                   activation_checkpointing=schedule == "interleaved")}
                 for schedule in SCHEDULES for model in MODELS]
         jobs += [
-            # a single-process checkpoint resumed under the pipeline
+            # a single-process checkpoint resumed under the pipeline (copied by a job: a retried spawn
+            # starts from it again)
+            {"kind": "copy", "src": str(root / "ref_routed"), "dst": str(root / "from1_pipe"), "keep_step": SAVE_EVERY},
             {"kind": "train", "resume": True, "run": make_run(corpus, root / "from1_pipe", "routed", "interleaved")},
             # a pipeline checkpoint resumed under DDP
             {"kind": "copy", "src": str(root / "interleaved_routed"), "dst": str(root / "pipe_to_ddp"),
@@ -80,7 +81,7 @@ def runs(tmp_path_factory, corpus_dir):  # noqa: F811
             {"kind": "train", "resume": True, "run": make_run(corpus, root / "pipe_to_gpipe", "routed", "gpipe")},
             {"kind": "error", "out": str(root / "layout_error"), "run": bad_layout},
         ]
-        run_workers(run_jobs, 2, jobs)
+        run_workers(run_jobs, 2, jobs, reset=lambda: clear_outputs(jobs))
     return root
 
 

@@ -41,6 +41,26 @@ def run_jobs(rank: int, world_size: int, jobs: list[dict]) -> None:
             raise ValueError(f"unknown job kind {job['kind']!r}")
 
 
+def clear_outputs(jobs: list[dict]) -> None:
+    """Remove everything `jobs` write (run folders, copies, per-rank files), so that they can run again
+    from the start: the `reset` of a retried spawn (tests/distributed/spawn.py). What they only read
+    (reference runs, the data cache) is kept."""
+    for job in jobs:
+        targets = []
+        if "run" in job:
+            targets.append(Path(job["run"]["out_dir"]))
+        if job["kind"] == "copy":
+            targets.append(Path(job["dst"]))
+        if "out" in job:
+            out = Path(job["out"])
+            targets += out.parent.glob(f"{out.name}.*")
+        for target in targets:
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+
+
 def copy_run(src: Path, dst: Path, keep_step: int, corrupt: str | None = None) -> None:
     """Copy run directory `src` to `dst` as if it had stopped after checkpoint `keep_step`; with
     `corrupt`, flip one byte of that file in the kept checkpoint."""
