@@ -5,4 +5,9 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/scripts/setup_env.sh"
 cd "$ROOT"
+# A kernel path chosen by hand (ATEN_CPU_CAPABILITY=avx2 scripts/test.sh) gets an inductor cache of its
+# own: a compiled decode step cached by AVX-512 runs crashed when loaded under avx2 (issue 38).
+if [ -n "${ATEN_CPU_CAPABILITY:-}" ] && [ -z "${TORCHINDUCTOR_CACHE_DIR:-}" ]; then
+    export TORCHINDUCTOR_CACHE_DIR="${TMPDIR:-/tmp}/torchinductor_$(id -un)_${ATEN_CPU_CAPABILITY,,}"
+fi
 exec python -m pytest "$@"
