@@ -6,11 +6,12 @@
 #                                               what gets tested)
 #   scripts/test_deps.sh newest [pytest args]   the newest release of each on the registry
 # Everything else is what pip resolves beside them, as a user installing those versions would get. The
-# environment is .venv-deps/SET (ATTNRES_DEPS_DIR moves it), made again when pyproject.toml changes.
+# environment is .venv-deps/SET (ATTNRES_DEPS_DIR moves it), made again when the requirements in
+# pyproject.toml change; the newest set is also upgraded in place on every run.
 # Without pytest args, the tests that use these packages run: tests/hf, tests/checkpoint and every test
 # file that imports transformers, safetensors or lm_eval. `scripts/test_deps.sh newest tests` runs all.
-# ATTNRES_DEPS_TORCH=2.13.0 keeps torch at that release (CI: the newest torch is a CUDA build of
-# several GB). The newest torch may be above a local pip cap (/etc/xdg/pip/constraints.txt on some
+# ATTNRES_DEPS_TORCH=2.13.0 keeps the newest set's torch at that release (the newest torch is a CUDA
+# build of several GB). The newest torch may be above a local pip cap (/etc/xdg/pip/constraints.txt on some
 # machines): for this set, the cap is lifted for these installs only (PIP_CONSTRAINT=/dev/null).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,7 +26,7 @@ say() { echo "test_deps ($SET): $*" >&2; }
 # pip, without the lines this machine's pip configuration prints for index folders that lack a package
 pip_install() { "$@" 2>&1 | { grep -v "^WARNING: Location 'file://" || true; } >&2; }
 
-# The floor pyproject.toml claims for a dependency: "transformers>=5.17" -> 5.17
+# The floor pyproject.toml claims for a dependency: "transformers>=5.24" -> 5.24
 floor_of() {
     local found
     found="$(grep -oE "\"$1>=[0-9][0-9.]*" "$ROOT/pyproject.toml" | head -n 1 | cut -d= -f2)"
