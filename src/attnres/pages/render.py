@@ -103,10 +103,10 @@ def same_to_rounding(old: str, new: str) -> bool:
     if len(old_parts) != len(new_parts):
         return False
     for i, (a, b) in enumerate(zip(old_parts, new_parts)):
-        if i % 2 == 0 or a == b:  # text between numbers, or an equal number
-            if a != b:
-                return False
+        if a == b:
             continue
+        if i % 2 == 0:  # the text between numbers differs
+            return False
         digits = len(a.split(".")[1])
         if len(b.split(".")[1]) != digits:
             return False
