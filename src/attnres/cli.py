@@ -69,13 +69,15 @@ def _eval(args: argparse.Namespace) -> int:
 def _compare(args: argparse.Namespace) -> int:
     from attnres.compare.presets import load_preset
     from attnres.compare.run import run_compare
+    from attnres.compare.tune import run_protocol
 
     preset = load_preset(args.preset, args.set)
     out = Path(args.out or f"reports/compare-{preset.name}")
     _check_run_options(out, args.seeds)
     shard = _parse_shard(args.shard)
-    results = run_compare(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
-                          device=args.device, shard=shard)
+    runner = run_compare if preset.protocol is None else run_protocol  # a `protocol:` section: the fair fight
+    results = runner(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
+                     device=args.device, shard=shard)
     if results is None:
         print(f"shard {args.shard} done; run without --shard to write the report into {out}")
     else:
@@ -311,16 +313,20 @@ def _compare_parser(sub) -> None:
     compare = sub.add_parser("compare", help="train every residual variant on the same data and write a report")
     compare.add_argument("--preset", default="default",
                          help=_preset_help("compare"))
-    compare.add_argument("--seeds", type=int, default=None, help="seeds per variant (default: the preset's)")
+    compare.add_argument("--seeds", type=int, default=None,
+                         help="seeds per variant; with a preset's protocol, the final seeds at each variant's "
+                              "chosen rate (default: the preset's)")
     compare.add_argument("--out", default=None, help="report folder (default: reports/compare-PRESET)")
     compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                         help="override the preset's run or its cost measurement, e.g. --set train.steps=100 "
-                              "--set cost.repeats=20; repeatable (default: none)")
+                         help="override the preset's run, its cost measurement or its protocol, e.g. --set "
+                              "train.steps=100 --set cost.repeats=20 --set protocol.grid_seeds=1; repeatable "
+                              "(default: none)")
     compare.add_argument("--device", default="cpu", help=DEVICE_HELP)
     compare.add_argument("--shard", default=None, metavar="I/N",
-                         help="train only runs I, I+N, ... and write no report (N processes share a comparison; "
-                              "finished runs are reused, so a last call without --shard writes the report) "
-                              "(default: all runs, then the report)")
+                         help="train only runs I, I+N, ... (with a protocol: the seeds I mod N, waiting where a "
+                              "stage needs the other shards' runs) and write no report (N processes share a "
+                              "comparison; finished runs are reused, so a last call without --shard writes the "
+                              "report) (default: all runs, then the report)")
     compare.set_defaults(handler=_compare)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from attnres.data import DataConfig, ensure_demo_corpus
+from attnres.data.python_docs import ensure_python_docs
 from tests.data.helpers import make_texts, write_jsonl
 
 
@@ -30,3 +31,11 @@ def demo_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
         pytest.skip("the demo corpus needs apt-get and dpkg-deb (Debian/Ubuntu)")
     return ensure_demo_corpus(tmp_path_factory.mktemp("demo-cache"))
+
+
+@pytest.fixture(scope="session")
+def python_docs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real python-docs corpus, built once per session (fetches python3.11-doc with apt-get)."""
+    if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:
+        pytest.skip("the python-docs corpus needs apt-get and dpkg-deb (Debian/Ubuntu)")
+    return ensure_python_docs(tmp_path_factory.mktemp("pydoc-cache"))

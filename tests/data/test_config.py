@@ -23,7 +23,7 @@ def test_defaults_and_frozen():
 
 
 @pytest.mark.parametrize(("kwargs", "fragment"), [
-    ({"source": ""}, "DataConfig.source must be 'demo', 'fineweb-edu'"),
+    ({"source": ""}, "DataConfig.source must be 'demo', 'python-docs', 'fineweb-edu'"),
     ({"source": 3}, "DataConfig.source"),
     ({"source": "hf:"}, "DataConfig.source 'hf:'"),
     ({"hf_config": ""}, "DataConfig.hf_config"),

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from attnres.data import DataConfig, DataError, ensure_demo_corpus, iter_documents
+from attnres.data import debian_packages as debian
 from attnres.data import demo_corpus as demo
 
 READER_OUTPUT = """
@@ -73,8 +74,8 @@ def test_the_missing_tool_is_named(tmp_path, monkeypatch):
 
 
 def test_every_failure_of_the_build_names_the_other_sources(tmp_path, monkeypatch):
-    monkeypatch.setattr(demo.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(demo.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no such file")))
+    monkeypatch.setattr(debian.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(debian.subprocess, "run", lambda *a, **k: (_ for _ in ()).throw(OSError("no such file")))
     with pytest.raises(DataError, match=r"^demo corpus: refreshing the apt package lists \(apt-get update\) failed "
                                         r"\(no such file\); train on other text instead: set data.source"):
         ensure_demo_corpus(tmp_path)
@@ -137,15 +138,15 @@ def test_demo_source_reads_the_cached_corpus(demo_corpus):
 def test_download_refreshes_package_lists_once_then_retries(tmp_path, monkeypatch):
     calls = []
 
-    def fake_run(command, what, cwd=None):
+    def fake_run(command, what, corpus, cwd=None):
         calls.append(command[:2])
         if len(calls) == 1:
             raise DataError("apt-get download failed: unable to locate package")
         return ""
 
-    monkeypatch.setattr(demo.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(demo, "_run", fake_run)
-    demo._download(tmp_path)
+    monkeypatch.setattr(debian.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(debian, "run", fake_run)
+    debian.download(demo.PACKAGES, tmp_path, "demo corpus", "demo")
     assert calls == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from attnres.data import (DataConfig, DataError, PreparedData, TokenBatches, Tokenizer, is_validation,
-                          prepare_data)
+                          prepare_data, split_of)
 from attnres.data import prepare as prepare_module
 from attnres.data.sources import iter_documents
 from tests.data.helpers import make_texts, write_jsonl
@@ -62,6 +62,26 @@ def test_second_run_neither_retrains_nor_retokenises(small_config, monkeypatch):
     assert np.array_equal(second.val_tokens, first.val_tokens)
     assert {k: v for k, v in second.stats.items() if k != "reused_cache"} == {
         k: v for k, v in first.stats.items() if k != "reused_cache"}
+
+
+def test_a_test_split_is_its_own_stream_and_keeps_validation(small_config):
+    without = prepare_data(small_config)
+    assert without.test_tokens is None and "test_documents" not in without.stats
+    config = dataclasses.replace(small_config, test_fraction=0.2)
+    data = prepare_data(config)
+    docs = list(iter_documents(config))
+    test = [d.text for d in docs if split_of(d.id, 0.2, config.split_salt, 0.2) == "test"]
+    assert data.stats["test_documents"] == len(test) > 0
+    assert data.stats["train_documents"] + data.stats["val_documents"] + len(test) == 120
+    assert data.stats["val_documents"] == without.stats["val_documents"]
+    assert np.array_equal(data.test_tokens, packed(test, data.tokenizer))  # the BPE, trained without them
+    assert data.stats["train_documents"] < without.stats["train_documents"]
+    assert np.array_equal(prepare_data(config).test_tokens, data.test_tokens)  # from the cache
+
+
+def test_an_empty_test_split_is_an_error(small_config):
+    with pytest.raises(DataError, match="test split is empty.*test_fraction"):
+        prepare_data(dataclasses.replace(small_config, test_fraction=1e-9))
 
 
 def test_changed_inputs_rebuild(small_config, corpus_file):

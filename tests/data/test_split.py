@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from attnres.data import DataConfig, is_validation, iter_documents
+from attnres.data import DataConfig, DataError, is_validation, iter_documents, split_of
 from tests.data.helpers import make_texts, write_jsonl
 
 
@@ -45,3 +45,19 @@ def test_no_validation_document_in_training(tmp_path):
     assert val and train and len(val) + len(train) == 200
     assert not {d.id for d in val} & {d.id for d in train}
     assert not {d.text for d in val} & {d.text for d in train}
+
+
+def test_a_test_split_takes_documents_from_training_and_leaves_validation_alone():
+    ids = [f"doc-{i}" for i in range(2000)]
+    splits = {i: split_of(i, 0.1, "attnres", test_fraction=0.1) for i in ids}
+    assert {i for i, s in splits.items() if s == "val"} == {i for i in ids if is_validation(i, 0.1, "attnres")}
+    assert 140 <= sum(s == "test" for s in splits.values()) <= 260
+    assert all(split_of(i, 0.1, "attnres") in ("val", "train") for i in ids)  # no test split by default
+    wider = {i for i in ids if split_of(i, 0.1, "attnres", test_fraction=0.2) == "test"}
+    assert {i for i, s in splits.items() if s == "test"} <= wider  # growing it only moves training documents
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 0.95, 1.0, float("nan"), "0.1", True])
+def test_a_test_fraction_out_of_range_is_refused_by_name(fraction):
+    with pytest.raises(DataError, match="test_fraction"):
+        DataConfig(val_fraction=0.05, test_fraction=fraction)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnres.common.checks import check_int
 from attnres.common.config_files import bundled_config_dir, bundled_presets, prefixed_overrides, read_preset
 from attnres.compare.cost import CostSettings
+from attnres.compare.protocol import Protocol
 from attnres.model.config import variant_name
 from attnres.residual import VARIANTS
 from attnres.residual.legacy import upgrade_model_fields
 from attnres.report.names import slug
+from attnres.train.config import TrainConfig
 from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
 
 
@@ -21,14 +24,18 @@ VARIANT_MODEL_KEYS = ("residual", "residual_options")
 VARIANT_TRAIN_KEYS = ("query_init",)
 
 
-PRESET_KEYS = ("description", "run", "variants", "seeds", "cost")
+PRESET_KEYS = ("description", "run", "variants", "seeds", "cost", "protocol", "rates_from")
 COST_PREFIX = "cost."  # an override `cost.repeats=10` sets the cost measurement, not the run
+PROTOCOL_PREFIX = "protocol."  # `protocol.lr_grid=[1e-3,2e-3]` sets the learning-rate search
 
 
 @dataclass(frozen=True)
 class ComparePreset:
-    """name, description, the base run dict (model without residual), variants, seeds, and the
-    settings of the cost measurement after training (`cost:`, `CostSettings`)."""
+    """name, description, the base run dict (model without residual), variants, seeds, the
+    settings of the cost measurement after training (`cost:`, `CostSettings`) and, for the fair-comparison
+    protocol (`attnres.compare.protocol`), its learning-rate search (`protocol:`; None: one rate for all).
+    rates: each variant's peak learning rate by name, read from a protocol study's results
+    (`rates_from:`, a folder holding its results.json); None: the run's lr for every variant."""
 
     name: str
     description: str
@@ -36,6 +43,14 @@ class ComparePreset:
     variants: list[dict]
     seeds: int
     cost: CostSettings = CostSettings()
+    protocol: Protocol | None = None
+    rates: dict[str, float] | None = None
+    rates_from: str | None = None
+
+    def run_of(self, variant: dict, seed: int, out_dir: str) -> RunConfig:
+        """`variant_run` of this preset's run, at the variant's own rate where `rates` gives one."""
+        base = self.run if self.rates is None else at_rate(self.run, self.rates[variant_name(variant)])
+        return variant_run(base, variant, seed, out_dir)
 
 
 def preset_dir() -> Path:
@@ -55,6 +70,8 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
                                "a mapping with description, run, variants, seeds", RunConfigError)
     changed, run_overrides = prefixed_overrides(overrides, COST_PREFIX, "cost.key=value (e.g. cost.repeats=10)",
                                                 RunConfigError)
+    searched, run_overrides = prefixed_overrides(run_overrides, PROTOCOL_PREFIX,
+                                                 "protocol.key=value (e.g. protocol.grid_seeds=1)", RunConfigError)
     run = apply_overrides(values.get("run", {}), run_overrides)
     cost = CostSettings.from_dict(values.get("cost"), f"preset {path}: cost")
     if changed:
@@ -67,7 +84,46 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
     check_int(seeds, f"preset {path}: seeds", error=RunConfigError)
     for variant in variants:  # validate every variant's run now, before any training starts
         variant_run(run, variant, seed=0, out_dir="unused")
-    return ComparePreset(path.stem, values.get("description", ""), run, variants, seeds, cost)
+    protocol = None
+    if values.get("protocol") is not None or searched:
+        protocol = Protocol.from_dict({**(values.get("protocol") or {}), **searched}, f"preset {path}")
+        test_fraction = variant_run(run, variants[0], seed=0, out_dir="unused").data.test_fraction
+        if not test_fraction:
+            raise RunConfigError(f"preset {path}: the protocol reports on a test split; set run.data.test_fraction "
+                                 f"(e.g. 0.05), got {test_fraction}")
+    rates_from = values.get("rates_from")
+    rates = None if rates_from is None else chosen_rates(rates_from, variants, f"preset {path}")
+    if rates is not None and protocol is not None:
+        raise RunConfigError(f"preset {path}: set 'protocol' (search the rates) or 'rates_from' (take them from a "
+                             f"finished search), not both")
+    return ComparePreset(path.stem, values.get("description", ""), run, variants, seeds, cost, protocol, rates,
+                         rates_from)
+
+
+def chosen_rates(folder, variants: list[dict], where: str) -> dict[str, float]:
+    """Each variant's chosen peak rate (by `variant_name`) from a protocol study's folder/results.json."""
+    path = Path(str(folder)) / "results.json"
+    try:
+        saved = json.loads(path.read_text())
+        found = {v["name"]: float(v["chosen_lr"]) for v in saved["variants"]}
+    except OSError as error:
+        raise RunConfigError(f"{where}: rates_from {folder!r}: cannot read {path} ({error.strerror}); run that "
+                             f"study first (scripts/fair.sh)") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise RunConfigError(f"{where}: rates_from {folder!r}: {path} is not a protocol study's results "
+                             f"(each variant with a chosen_lr): {error}") from None
+    missing = [variant_name(v) for v in variants if variant_name(v) not in found]
+    if missing:
+        raise RunConfigError(f"{where}: rates_from {folder!r} chose no rate for {missing}; it has {sorted(found)}")
+    return {variant_name(v): found[variant_name(v)] for v in variants}
+
+
+def at_rate(base: dict, rate: float) -> dict:
+    """The run dict `base` at peak learning rate `rate`, its min_lr keeping the ratio to lr it has."""
+    train = base.get("train", {})
+    defaults = TrainConfig()
+    lr, min_lr = train.get("lr", defaults.lr), train.get("min_lr", defaults.min_lr)
+    return {**base, "train": {**train, "lr": rate, "min_lr": float(f"{min_lr * rate / lr:.6g}")}}
 
 
 def variant_run(base: dict, variant: dict, seed: int, out_dir: str) -> RunConfig:

@@ -24,6 +24,7 @@ from attnres.model.config import variant_name
 from attnres.report.compare_report import write_report
 from attnres.routing import resolve_impl
 from attnres.train import train
+from attnres.train.evaluate import evaluate
 from attnres.train.metrics import read_metrics
 from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.stability import run_totals
@@ -72,7 +73,7 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
     plan = []
     for seed in seed_list:  # seeds outer, variants inner: a partial run still compares like with like
         for variant, spec in zip(variants, preset.variants):
-            run = variant_run(preset.run, spec, seed, str(out_dir / "runs" / variant_slug(spec) / f"seed{seed}"))
+            run = preset.run_of(spec, seed, str(out_dir / "runs" / variant_slug(spec) / f"seed{seed}"))
             plan.append(_PlannedRun(variant, seed, run, finished_record(run), len(plan) % count == index))
     todo = [p for p in plan if p.record is None and p.mine]
     display = CompareProgress(sum(p.record is not None or p.mine for p in plan), sum(p.record is not None for p in plan),
@@ -115,8 +116,9 @@ def _results(preset: ComparePreset, command: str, device: str, seed_list: list[i
     settings = preset.run
     first = variant_run(preset.run, preset.variants[0], seed=0, out_dir="unused")
     routing_impl = first.train.routing_impl  # the same for every variant
+    rates = {} if preset.rates is None else {"rates_from": preset.rates_from, "rates": preset.rates}
     return {
-        "preset": preset.name, "description": preset.description, "command": command,
+        "preset": preset.name, "description": preset.description, "command": command, **rates,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(torch.device(device)),
         "code_path": {"routing_impl": routing_impl, "routing": resolve_impl(routing_impl, torch.device(device)),
@@ -188,7 +190,7 @@ def _curve(value) -> bool:
 RECORD_TYPES = {
     "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
     **{key: (lambda v: isinstance(v, str), "a string") for key in ("size", "run_dir")},
-    **{key: (_number, "a number") for key in ("final_val_loss", "step_time_s", "tokens_per_s", "tokens", "flops",
+    **{key: (_number, "a number") for key in ("final_val_loss", "final_test_loss", "step_time_s", "tokens_per_s", "tokens", "flops",
                                               "parameters", "total_parameters")},
     "val_curve": (_curve, "[[step, loss], ...]"), "train_curve": (_curve, "[[step, loss], ...]"),
     "depth_stats": (lambda v: isinstance(v, dict) and (not v or all(_numbers(v.get(key)) for key in (
@@ -207,6 +209,9 @@ def _run_record(run, result, seed: int, device: str) -> dict:
              or [r["step_time_s"] for r in records if "step_time_s" in r])
     cfg = run.train
     val = [b.to(device) for b in eval_batches(result.data.val_tokens, cfg.seq_len, cfg.batch_size, cfg.eval_batches)]
+    test_tokens = result.data.test_tokens  # read only here, after training; None without a test split
+    test = None if test_tokens is None else [b.to(device) for b in eval_batches(test_tokens, cfg.seq_len,
+                                                                               cfg.batch_size, cfg.eval_batches)]
     step_time = statistics.median(times)
     expert_load = collect_expert_loads(result.model, val)
     return {
@@ -215,6 +220,8 @@ def _run_record(run, result, seed: int, device: str) -> dict:
         "val_curve": [[r["step"], r["val_loss"]] for r in records if "val_loss" in r],
         "train_curve": [[r["step"], r["loss"]] for r in records if "loss" in r],
         "final_val_loss": result.final_val_loss,
+        # the held-out test split (DataConfig.test_fraction), as many batches as validation; no key without one
+        **({"final_test_loss": evaluate(result.model, test, cfg.precision)} if test is not None else {}),
         "step_time_s": step_time,  # wall time while training, runs one after another: not a cost figure
         "tokens_per_s": cfg.tokens_per_step / step_time,
         "tokens": cfg.steps * cfg.tokens_per_step,

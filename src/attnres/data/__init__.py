@@ -16,7 +16,7 @@ from attnres.data.errors import DataError
 from attnres.data.loader import TokenBatches, eval_batches
 from attnres.data.prepare import PreparedData, prepare_data
 from attnres.data.sources import Document, iter_documents
-from attnres.data.split import is_validation
+from attnres.data.split import is_validation, split_of
 from attnres.data.tokenizer import Tokenizer, train_bpe
 
 __all__ = [
@@ -31,5 +31,6 @@ __all__ = [
     "is_validation",
     "iter_documents",
     "prepare_data",
+    "split_of",
     "train_bpe",
 ]

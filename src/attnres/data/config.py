@@ -10,7 +10,7 @@ from typing import Any
 from attnres.common.checks import check_int, is_number
 from attnres.data.errors import DataError
 
-SOURCE_HELP = ("'demo', 'fineweb-edu', 'hf:<dataset path or local dir>', or a local path to a "
+SOURCE_HELP = ("'demo', 'python-docs', 'fineweb-edu', 'hf:<dataset path or local dir>', or a local path to a "
                ".txt/.jsonl/.parquet file or a folder of them")
 TOKENIZER_HELP = "'bpe' (train a byte-level BPE) or a path to a pretrained tokenizer directory"
 MIN_BPE_VOCAB = 260  # 256 byte symbols + <|endoftext|> + room for a few merges
@@ -21,14 +21,17 @@ CACHE_ENV = "ATTNRES_CACHE"
 class DataConfig:
     """What text to read and how to turn it into train/validation token streams.
 
-    `source`: "demo" (KJV Bible chapters from Debian's packages), "fineweb-edu" (HuggingFaceFW/
+    `source`: "demo" (KJV Bible chapters from Debian's packages), "python-docs" (the Python 3.11
+    documentation's reStructuredText pages, Debian's python3.11-doc), "fineweb-edu" (HuggingFaceFW/
     fineweb-edu, config sample-10BT unless `hf_config` is given, streamed; needs `max_documents`),
     "hf:<path>" (any `datasets` dataset, streamed: hub name, local dataset dir or data file), or a
     local path to a .txt/.jsonl/.parquet file or a folder of them.
     `tokenizer`: "bpe" trains a byte-level BPE of `vocab_size` on the training split; anything
     else is a local directory with a pretrained tokenizer. `val_fraction` of documents (by hash of
-    their id with `split_salt`) go to validation. `cache_dir=None` means $ATTNRES_CACHE, else
-    ~/.cache/attnres.
+    their id with `split_salt`) go to validation and, when `test_fraction` > 0, a further
+    `test_fraction` to a test split that training and every choice leave alone (`attnres compare`'s
+    protocol reports on it); the validation documents do not depend on `test_fraction`.
+    `cache_dir=None` means $ATTNRES_CACHE, else ~/.cache/attnres.
     """
 
     source: str = "demo"
@@ -40,6 +43,7 @@ class DataConfig:
     tokenizer: str = "bpe"
     vocab_size: int = 4096
     val_fraction: float = 0.05
+    test_fraction: float = 0.0
     split_salt: str = "attnres"
     cache_dir: str | None = None
 
@@ -71,6 +75,10 @@ class DataConfig:
         fraction = self.val_fraction
         if not is_number(fraction) or not 0.0 < fraction < 1.0:
             raise DataError(f"DataConfig.val_fraction must be a number with 0 < val_fraction < 1, got {fraction!r}")
+        test = self.test_fraction
+        if not is_number(test) or not 0.0 <= test < 1.0 - fraction:
+            raise DataError(f"DataConfig.test_fraction must be a number with 0 <= test_fraction < 1 - val_fraction "
+                            f"(= {1.0 - fraction:g}), got {test!r}")
         if not isinstance(self.split_salt, str):
             raise DataError(f"DataConfig.split_salt must be a string, got {self.split_salt!r}")
         if self.cache_dir is not None and not _nonempty_str(self.cache_dir):

@@ -1,4 +1,4 @@
-"""prepare_data: config -> tokenizer + train/validation token streams, reusing the cache when it can.
+"""prepare_data: config -> tokenizer + train/validation(/test) token streams, reusing the cache when it can.
 
 Cache layout under `DataConfig.cache_root()`:
   demo/kjv-chapters.jsonl      the demo corpus
@@ -25,23 +25,25 @@ from attnres.data.errors import DataError
 from attnres.data.hashing import cache_key
 from attnres.data.packing import TokenCache
 from attnres.data.sources import describe_source, iter_documents, source_identity
-from attnres.data.split import is_validation
+from attnres.data.split import split_of
 from attnres.data.tokenizer import TOKENIZER_FILE, Tokenizer, train_bpe
 
-SPLITS = ("train", "val")
+SPLITS = ("train", "val", "test")  # test only when DataConfig.test_fraction > 0
 _BPE_VERSION = 2  # bump when train_bpe or the saved files change (2: pad_token declared), so old caches are not reused
 
 
 @dataclass
 class PreparedData:
-    """Result of prepare_data: `train_tokens`/`val_tokens` are 1-D uint16/uint32 (memmapped) streams,
-    each document followed by `tokenizer.eos_id`; `stats` holds documents and tokens per split,
-    the source description, vocab size, tokenizer fingerprint and whether the cache was reused."""
+    """Result of prepare_data: `train_tokens`/`val_tokens`/`test_tokens` are 1-D uint16/uint32
+    (memmapped) streams, each document followed by `tokenizer.eos_id`; `test_tokens` is None without
+    a test split. `stats` holds documents and tokens per split, the source description, vocab size,
+    tokenizer fingerprint and whether the cache was reused."""
 
     tokenizer: Tokenizer
     train_tokens: np.ndarray
     val_tokens: np.ndarray
     stats: dict[str, Any] = field(default_factory=dict)
+    test_tokens: np.ndarray | None = None
 
 
 def prepare_data(config: DataConfig, run_dir: str | os.PathLike[str] | None = None) -> PreparedData:
@@ -49,21 +51,24 @@ def prepare_data(config: DataConfig, run_dir: str | os.PathLike[str] | None = No
 
     Documents are read at most once. A second call with the same source, split parameters,
     max_documents and tokenizer reads no documents, trains nothing and tokenises nothing.
-    Raises DataError for an empty corpus or an empty train/validation split.
+    Raises DataError for an empty corpus or an empty train/validation/test split.
     """
     root = config.cache_root()
     identity = source_identity(config)
     split_params = {"val_fraction": float(config.val_fraction), "salt": config.split_salt}
+    if config.test_fraction:  # absent at 0, so the caches made before the test split existed stay valid
+        split_params["test_fraction"] = float(config.test_fraction)
+    splits = _splits(config)
     tokenizer, documents = _tokenizer(config, root, identity, split_params)
     cache = TokenCache(root / "tokens")
     keys = {name: cache_key({"source": identity, "split": name, **split_params, "tokenizer": tokenizer.fingerprint})
-            for name in SPLITS}
-    missing = [name for name in SPLITS if cache.metadata(keys[name]) is None]
+            for name in splits}
+    missing = [name for name in splits if cache.metadata(keys[name]) is None]
     if missing:
         labelled = documents if documents is not None else _labelled(config)
         _write_splits(labelled, cache, keys, missing, tokenizer, config)
     loaded = {}
-    for name in SPLITS:
+    for name in splits:
         result = cache.load(keys[name])
         if result is None:
             raise DataError(f"token cache: the {name} stream {cache.tokens_path(keys[name])} is missing or "
@@ -74,15 +79,20 @@ def prepare_data(config: DataConfig, run_dir: str | os.PathLike[str] | None = No
     stats = {"source": describe_source(config), "vocab_size": tokenizer.vocab_size,
              "tokenizer": config.tokenizer, "tokenizer_fingerprint": tokenizer.fingerprint,
              "reused_cache": not missing and documents is None}
-    for name in SPLITS:
+    for name in splits:
         stats[f"{name}_documents"] = int(loaded[name][1]["documents"])
         stats[f"{name}_tokens"] = int(loaded[name][1]["length"])
-    return PreparedData(tokenizer, loaded["train"][0], loaded["val"][0], stats)
+    test = loaded["test"][0] if "test" in loaded else None
+    return PreparedData(tokenizer, loaded["train"][0], loaded["val"][0], stats, test)
+
+
+def _splits(config: DataConfig) -> tuple[str, ...]:
+    return SPLITS if config.test_fraction else SPLITS[:2]
 
 
 def _labelled(config: DataConfig) -> Iterable[tuple[str, str]]:
     for doc in iter_documents(config):
-        yield ("val" if is_validation(doc.id, config.val_fraction, config.split_salt) else "train"), doc.text
+        yield split_of(doc.id, config.val_fraction, config.split_salt, config.test_fraction), doc.text
 
 
 def _tokenizer(config: DataConfig, root: Path, identity: dict[str, Any], split_params: dict[str, Any]
@@ -117,17 +127,21 @@ def _write_splits(documents: Iterable[tuple[str, str]], cache: TokenCache, keys:
 
 
 def _check_counts(counts: dict[str, int], config: DataConfig) -> None:
-    total = counts["train"] + counts["val"]
+    total = sum(counts.values())
     if total == 0:
         raise DataError(f"the source {config.source!r} yielded no documents (all files empty, or "
                         f"text_field={config.text_field!r} always empty?)")
     if counts["train"] == 0:
-        raise DataError(f"the training split is empty: all {total} documents went to validation; lower "
-                        f"val_fraction (now {config.val_fraction}) or raise max_documents "
-                        f"(now {config.max_documents})")
+        held_out = "validation" if not config.test_fraction else "validation and test"
+        raise DataError(f"the training split is empty: all {total} documents went to {held_out}; lower "
+                        f"val_fraction (now {config.val_fraction}){' or test_fraction' if config.test_fraction else ''}"
+                        f" or raise max_documents (now {config.max_documents})")
     if counts["val"] == 0:
         raise DataError(f"the validation split is empty: none of the {total} documents went to validation; raise "
                         f"val_fraction (now {config.val_fraction}) or max_documents (now {config.max_documents})")
+    if config.test_fraction and counts["test"] == 0:
+        raise DataError(f"the test split is empty: none of the {total} documents went to test; raise "
+                        f"test_fraction (now {config.test_fraction}) or max_documents (now {config.max_documents})")
 
 
 def _save_atomic(tokenizer: Tokenizer, directory: Path) -> None:

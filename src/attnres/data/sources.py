@@ -1,4 +1,4 @@
-"""Documents from the configured source: demo corpus, local files, or a streamed `datasets` dataset."""
+"""Documents from the configured source: a built-in corpus, local files, or a streamed `datasets` dataset."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from attnres.data.config import SOURCE_HELP, DataConfig
 from attnres.data.demo_corpus import ensure_demo_corpus
 from attnres.data.errors import DataError
 from attnres.data.hashing import digest
+from attnres.data.python_docs import ensure_python_docs
 
 EXTENSIONS = (".txt", ".jsonl", ".parquet")
 FINEWEB_EDU_PATH = "HuggingFaceFW/fineweb-edu"
@@ -64,11 +65,13 @@ def hf_source(config: DataConfig) -> HFSource | None:
 
 
 def local_source(config: DataConfig) -> Path | None:
-    """The local file or folder behind `config.source` (building the demo corpus), or None for `datasets`."""
+    """The local file or folder behind `config.source` (building a built-in corpus), or None for `datasets`."""
     if hf_source(config) is not None:
         return None
     if config.source == "demo":
         return ensure_demo_corpus(config.cache_root())
+    if config.source == "python-docs":
+        return ensure_python_docs(config.cache_root())
     path = Path(config.source).expanduser()
     if not path.exists():
         raise DataError(f"DataConfig.source: no such file or directory: {str(path)!r} (source must be {SOURCE_HELP})")
@@ -116,6 +119,8 @@ def describe_source(config: DataConfig) -> str:
         return f"datasets:{what} (config={remote.name}, split={remote.split})"
     if config.source == "demo":
         return "demo: King James Bible, one document per chapter (Debian bible-kjv-text)"
+    if config.source == "python-docs":
+        return "python-docs: Python 3.11 documentation, reStructuredText, one document per page (Debian python3.11-doc)"
     return f"local:{config.source}"
 
 

@@ -1,8 +1,13 @@
-"""Held-out split by document: a pure function of the document id, never of stream order."""
+"""Held-out splits by document: a pure function of the document id, never of stream order."""
 
 from __future__ import annotations
 
 from attnres.data.hashing import unit_interval
+
+
+def _position(doc_id: str, salt: str) -> float:
+    # The separator keeps ("ab", "c") and ("a", "bc") apart.
+    return unit_interval(f"{salt}\x00{doc_id}")
 
 
 def is_validation(doc_id: str, fraction: float, salt: str) -> bool:
@@ -12,5 +17,18 @@ def is_validation(doc_id: str, fraction: float, salt: str) -> bool:
     machine, independent of the order documents arrive in, and growing `fraction` only moves
     documents from train to validation.
     """
-    # The separator keeps ("ab", "c") and ("a", "bc") apart.
-    return unit_interval(f"{salt}\x00{doc_id}") < fraction
+    return _position(doc_id, salt) < fraction
+
+
+def split_of(doc_id: str, val_fraction: float, salt: str, test_fraction: float = 0.0) -> str:
+    """"val", "test" or "train" for document `doc_id`.
+
+    The document's hash position u in [0, 1) (`is_validation`'s): validation below val_fraction,
+    test in [val_fraction, val_fraction + test_fraction), train above. So adding a test split never
+    changes the validation documents (it takes its documents from training), and growing
+    test_fraction only moves documents from train to test.
+    """
+    position = _position(doc_id, salt)
+    if position < val_fraction:
+        return "val"
+    return "test" if position < val_fraction + test_fraction else "train"

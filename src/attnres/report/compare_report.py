@@ -304,6 +304,10 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                 f"which the fast paths do not serve (docs/explanation/contenders.md)." if ablated else "")
         blocks.append(("p", f"Code path: routing {code_path['routing']} (routing_impl={code_path['routing_impl']}), "
                             f"precision {code_path['precision']}.{note}"))
+    if results.get("rates"):
+        blocks.append(("p", f"Each variant trains at its own peak learning rate, the one chosen by the learning-rate "
+                            f"search in {results.get('rates_from')} (min_lr keeps its ratio to it): "
+                            + "; ".join(f"{name} {rate:.3g}" for name, rate in results["rates"].items()) + "."))
     blocks += [("code", results.get("command", "")),
                ("h2", "Settings"), ("table", ["section", "settings"], _settings_rows(results.get("settings", {})), False),
                ("h2", "Results"),

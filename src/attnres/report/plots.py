@@ -438,3 +438,29 @@ def plot_cost_ratios(costs: dict[str, dict[str, dict]], path, title: str,
             ax.set(title=metric or "no costs", xlabel="× standard (dashed line: standard = 1)", ylabel="variant")
         fig.suptitle(wrapped(title))
         return save_figure(fig, path)
+
+
+def plot_rate_search(searches: dict[str, Sequence[tuple[float, float]]], chosen: dict[str, float], path, title: str,
+                     styles: dict[str, dict] | None = None) -> Path:
+    """Mean validation loss against peak learning rate (log axis), one line per variant, its chosen
+    rate circled. searches: name -> [(rate, mean loss), ...]; a non-finite mean (a diverged rate) is
+    not drawn."""
+    with matplotlib.rc_context(STYLE):
+        fig, (ax,) = new_figure(4.8 + 0.25 * math.ceil(len(searches) / 2))
+        drawn = 0
+        for name, points in searches.items():
+            pts = sorted((r, m) for r, m in points if finite(m))
+            if not pts:
+                continue
+            (line,) = ax.plot(*zip(*pts), markersize=MARKER_SIZE, label=name, **_line_style(styles, name))
+            best = dict(pts).get(chosen.get(name))
+            if best is not None:
+                ax.plot([chosen[name]], [best], marker="o", markersize=3 * MARKER_SIZE, fillstyle="none",
+                        linestyle="none", color=line.get_color())
+            drawn += 1
+        if not drawn:
+            empty_note(ax, "no finished rate")
+        ax.set_xscale("log")
+        ax.set(title=wrapped(title), xlabel="peak learning rate", ylabel="validation loss (nats/token)")
+        legend(ax, drawn)
+        return save_figure(fig, path)
