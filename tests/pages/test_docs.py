@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from attnres.pages.markers import BEGIN
+from attnres.pages.markers import BEGIN, END
 from attnres.pages.render import pages
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,13 +16,17 @@ SKIP = re.compile(r"^<!-- example: skip \((.+)\) -->$")
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)|!\[[^\]]*\]\(([^)\s]+)\)")
 
 
-def test_the_readme_is_short_and_opens_with_the_recommendation_table():
+def test_the_readme_is_short_and_answers_on_its_first_screen():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= README_LINES
+    for name in ("recommendation-text", "at-scale"):  # the answer with its ties, and a line per source at scale
+        assert lines.index(END.format(name=name)) < FIRST_SCREEN, f"{name} must end within the first 40 lines"
+    answer = "\n".join(lines[:FIRST_SCREEN])
+    assert "not distinguishable" in answer or "ahead of every other variant" in answer  # ties stated either way
+    assert all(source in answer for source in ("Kimi", "Delta paper", "marin"))
     begin = lines.index(BEGIN.format(name="recommendation"))
     table = [i for i, line in enumerate(lines[begin + 1:], begin + 1) if line.startswith("|")]
-    assert table and max(table[:10]) < FIRST_SCREEN, "the recommendation table must end within the first 40 lines"
-    assert len(table) >= 9  # header, rule, and a row per built-in variant
+    assert len(table) >= 10  # header, rule, and a row per built-in variant
 
 
 @pytest.mark.parametrize("page", [p for p in PAGES if p != "README.md"])

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from attnres.report.protocol_report import _search_rows, summarize_protocol, ties_sentence
+from attnres.report.protocol_report import search_rows, summarize_protocol, ties_sentence
 
 
 def variant(name, residual, losses, chosen=3e-3, grid=None, edge=None, extended=()):
@@ -39,7 +39,7 @@ def test_one_seed_has_no_interval_and_no_tie_verdict():
 
 
 def test_the_search_table_marks_the_choice_a_diverged_rate_and_the_edge():
-    header, rows = _search_rows(RESULTS)
+    header, rows = search_rows(RESULTS)
     assert header == ["variant", "0.003", "0.006", "0.012", "chosen", "note"]
     hc = rows[-1]
     assert hc[1:4] == ["-", "diverged", "**5.300**"]

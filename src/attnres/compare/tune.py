@@ -20,8 +20,11 @@ from attnres.compare.presets import ComparePreset, at_rate, variant_run, variant
 from attnres.compare.progress import CompareProgress
 from attnres.compare.protocol import RateSearch, rate_label, search_rates
 from attnres.compare.run import RECORD_KEYS, _train_variant, finished_record
+from attnres.data import prepare_data
+from attnres.model import AttnResLM
 from attnres.model.config import variant_name
 from attnres.report.protocol_report import write_protocol_report
+from attnres.routing import resolve_impl
 from attnres.train.run_config import RunConfig
 
 PROTOCOL_RECORD_KEYS = (*RECORD_KEYS, "final_test_loss")
@@ -133,10 +136,18 @@ def protocol_results(preset: ComparePreset, survey: _Survey, command: str, devic
         variants.append({"name": variant_name(spec), **spec, "grid": grid, "chosen_lr": search.chosen,
                          "edge": search.edge, "extended": list(search.extended), "runs": runs})
     first = rate_run(preset, preset.variants[0], preset.protocol.lr_grid[0], 0, Path("unused"))
+    vocab_size = prepare_data(first.data).tokenizer.vocab_size  # the token cache's: reads no documents
+    for variant, spec in zip(variants, preset.variants):
+        config = rate_run(preset, spec, first.train.lr, 0, Path("unused")).build_model_config(vocab_size)
+        with torch.device("meta"):  # the count needs shapes only
+            variant["parameters"] = sum(p.numel() for p in AttnResLM(config).parameters())
     return {
         "preset": preset.name, "description": preset.description, "command": command,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": machine_info(torch.device(device)),
+        "code_path": {"routing_impl": first.train.routing_impl,
+                      "routing": resolve_impl(first.train.routing_impl, torch.device(device)),
+                      "precision": first.train.precision},
         "protocol": {**preset.protocol.to_dict(), "final_seeds": survey.final_seeds},
         "settings": {"model": preset.run.get("model", {}), "data": first.data.to_dict(),
                      "train": {k: v for k, v in preset.run.get("train", {}).items() if k not in ("lr", "min_lr")},

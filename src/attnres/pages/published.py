@@ -54,10 +54,14 @@ def published_table(ctx) -> str:
         for row in s["rows"]:
             if "ablation" in row["label"].lower() or "train" in row["label"].lower():
                 continue  # the ablation is set beside ours on the ablation page; train losses are not held out
-            rows.append([f"[{s['short']}]({s['url']})", row["scale"], s["metric"],
-                         *(_number(row["values"].get(k)) for k in keys)])
+            mark = "" if row.get("checked") else " (not checked)"
+            rows.append([f"[{s['short']}]({s['url']})", row["scale"] + mark, s["metric"],
+                         *(_number(row["values"].get(k)) for k in keys), row.get("where") or s["where"]])
     claims = [f"- [{s['short']}]({s['url']}): " + "; ".join(s["claims"]) for s in data["sources"]
               if s["claims"] and s["rows"]]
-    header = ["source", "scale", "metric"] + [NAMES[k] for k in keys]
+    header = ["source", "scale", "metric"] + [NAMES[k] for k in keys] + ["read in"]
+    unchecked = sum(1 for s in data["sources"] for row in s["rows"] if not row.get("checked"))
+    checked = ("A row marked 'not checked' could not be read at its source: its figures are as a summary gave them. "
+               if unchecked else "Every figure was read at the source its row names. ")
     return "\n\n".join([table(header, rows), "\n".join(claims),
-                        f"*Each figure as its source prints it, with where it was read: {ctx.source(PUBLISHED)}.*"])
+                        f"*{checked}What was read and what was not, per source: {ctx.source(PUBLISHED)}.*"])

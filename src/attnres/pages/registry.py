@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from attnres.pages import (ablation, compare, conversion, costs, decoding, flops, kimi_linear, machinery, options,
-                           published, recommendation, scaling, study)
+from attnres.pages import (ablation, compare, conversion, costs, decoding, fair, flops, kimi_linear, machinery,
+                           options, published, recommendation, scaling, study)
 from attnres.pages.cli_help import help_block, subparsers
 
 BLOCKS = {
     "recommendation": recommendation.recommendation_table,
     "recommendation-text": recommendation.recommendation_text,
     "recommendation-sources": recommendation.recommendation_sources,
+    "at-scale": recommendation.at_scale,
+    "recommendation-notes": recommendation.recommendation_notes,
+    "fair-search": fair.fair_search,
+    "fair-results": fair.fair_results,
+    "fair-kernels": fair.fair_kernels,
+    "fair-long": fair.fair_long,
+    "fair-vs-ablation": fair.fair_vs_ablation,
+    "fair-pydocs": fair.fair_pydocs,
     "bench-costs": costs.bench_costs,
     "routing-impls": costs.routing_impls,
     "depth-sweep": costs.depth_sweep,
@@ -20,6 +28,7 @@ BLOCKS = {
     "stability-table": ablation.stability_table,
     "kimi-linear-stability": kimi_linear.kimi_linear_stability,
     "kimi-linear-ablation": kimi_linear.kimi_linear_ablation,
+    "kimi-linear-hyper-connections": kimi_linear.kimi_linear_hyper_connections,
     "ablation-side-by-side": kimi_linear.ablation_side_by_side,
     "moe-dispatch": kimi_linear.moe_dispatch,
     "kimi-linear-costs": kimi_linear.kimi_linear_costs,

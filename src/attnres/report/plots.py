@@ -461,6 +461,9 @@ def plot_rate_search(searches: dict[str, Sequence[tuple[float, float]]], chosen:
         if not drawn:
             empty_note(ax, "no finished rate")
         ax.set_xscale("log")
+        rates = sorted({r for points in searches.values() for r, _ in points})
+        ax.minorticks_off()  # log-axis minor labels (2x10^-3, 3x10^-3, ...) would overlap
+        ax.set_xticks(rates, [f"{r:g}" for r in rates], rotation=30)
         ax.set(title=wrapped(title), xlabel="peak learning rate", ylabel="validation loss (nats/token)")
         legend(ax, drawn)
         return save_figure(fig, path)

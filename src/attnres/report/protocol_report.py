@@ -63,7 +63,9 @@ def _rate(rate: float) -> str:
     return f"{rate:.3g}"
 
 
-def _search_rows(results: dict) -> tuple[list[str], list[list[str]]]:
+def search_rows(results: dict) -> tuple[list[str], list[list[str]]]:
+    """The search as a table: a row per variant, its mean validation loss at every rate (the chosen one
+    in bold, "diverged", or "-" where not searched), the chosen rate and a note on extension and edge."""
     rates = sorted({g["lr"] for v in results["variants"] for g in v["grid"]})
     rows = []
     for variant in results["variants"]:
@@ -100,7 +102,8 @@ def ties_sentence(summary: dict) -> str:
     tied = [name for name, e in summary.items() if e["tied"] and not e["best"]]
     if not tied:
         return f"{best} has the lowest test loss, and every other variant is worse by a 95 % interval that excludes 0."
-    return (f"{best} has the lowest test loss; {', '.join(tied)} {'is' if len(tied) == 1 else 'are'} not "
+    names = tied[0] if len(tied) == 1 else ", ".join(tied[:-1]) + " and " + tied[-1]
+    return (f"{best} has the lowest test loss; {names} {'is' if len(tied) == 1 else 'are'} not "
             f"distinguishable from it (the 95 % interval of the paired difference includes 0).")
 
 
@@ -108,7 +111,7 @@ def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
     protocol, settings = results["protocol"], results["settings"]
     machine = results.get("machine") or {}
     machine_text = ", ".join(f"{k} {v}" for k, v in machine.items()) if isinstance(machine, dict) else str(machine)
-    header, search_rows = _search_rows(results)
+    header, searched = search_rows(results)
     data = settings.get("data", {})
     return [
         ("h1", f"attnres comparison: {results.get('preset', '')} (fair-comparison protocol)"),
@@ -124,7 +127,7 @@ def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
               f"rate among them) and is reported on the test split: {data.get('test_fraction')} of the documents, "
               f"held out by document like validation ({data.get('val_fraction')}); no choice reads it."),
         ("h2", "Learning-rate search"),
-        ("table", header, search_rows, True),
+        ("table", header, searched, True),
         ("p", f"Mean validation loss over {protocol['grid_seeds']} seeds at each rate; the chosen rate's in bold. "
               "'diverged': a seed's loss was not finite."),
         ("figure", figure, "validation loss against learning rate",

@@ -1,0 +1,171 @@
+"""The fair fight (results/fair-dense: scripts/fair.sh): every variant at its own best learning rate from
+one grid, reported on a test split that chose nothing, differences paired by seed, ties with the best."""
+
+from __future__ import annotations
+
+from attnres.analysis.intervals import ci95_halfwidth, mean
+from attnres.pages.seeds import seed_range, signed_interval, table
+from attnres.pages.sources import provenance
+from attnres.report.protocol_report import search_rows, ties_sentence
+
+FAIR_DENSE = "fair-dense/results.json"
+
+
+def test_losses_by_seed(variant: dict) -> dict[int, float]:
+    """Seed -> final test loss of one variant's final runs."""
+    return {run["seed"]: float(run["final_test_loss"]) for run in variant["runs"]}
+
+
+def paired_test_difference(variant: dict, reference: dict) -> list[float]:
+    """The variant's test loss minus the reference's, per seed both have, in seed order."""
+    mine, theirs = test_losses_by_seed(variant), test_losses_by_seed(reference)
+    return [mine[s] - theirs[s] for s in sorted(mine) if s in theirs]
+
+
+def fair_summary(results: dict) -> dict[str, dict]:
+    """Per variant name: its paired test-loss differences to standard ("diffs"), their mean, 95 % half-width
+    and whether it excludes 0, the chosen rate, and the report's verdict against the best ("best", "tied")."""
+    variants = {v["name"]: v for v in results["variants"]}
+    base = next(v for v in results["variants"] if v["residual"] == "standard")
+    out = {}
+    for name, variant in variants.items():
+        diffs = paired_test_difference(variant, base)
+        half = ci95_halfwidth(diffs)
+        verdict = results["summary"][name]
+        out[name] = {"residual": variant["residual"], "diffs": diffs, "mean": mean(diffs), "half": half,
+                     "excludes_zero": half is not None and abs(mean(diffs)) > half, "lr": variant["chosen_lr"],
+                     "best": verdict["best"], "tied": verdict["tied"], "edge": variant.get("edge")}
+    return out
+
+
+def scale_words(results: dict) -> str:
+    """'16 layers x 64 wide (0.92M parameters), 240 steps of 8 x 128 tokens, 8 seeds at each variant's rate'."""
+    model, train = results["settings"]["model"], results["settings"]["train"]
+    base = next(v for v in results["variants"] if v["residual"] == "standard")
+    size = f" ({base['parameters'] / 1e6:.2f}M parameters)" if base.get("parameters") else ""
+    seeds = results["protocol"]["final_seeds"]
+    return (f"{model['num_layers']} layers x {model['hidden_size']} wide{size}, {train['steps']} steps of "
+            f"{train['batch_size']} x {train['seq_len']} tokens, {seeds} seeds at each variant's own best rate")
+
+
+def fair_search(ctx) -> str:
+    """The learning-rate search: mean validation loss of every variant at every rate, its choice in bold."""
+    results = ctx.results.json(FAIR_DENSE)
+    header, rows = search_rows(results)
+    grid = results["protocol"]
+    return "\n\n".join([table(header, rows),
+                        f"Mean validation loss over {grid['grid_seeds']} seeds per rate; the chosen rate's in bold. "
+                        + provenance(results, ctx.source(FAIR_DENSE))])
+
+
+def fair_results(ctx) -> str:
+    """The final runs on the test split: each variant against standard paired by seed, and against the best."""
+    results = ctx.results.json(FAIR_DENSE)
+    summary = fair_summary(results)
+    rows = []
+    for name, entry in sorted(summary.items(), key=lambda item: item[1]["mean"]):
+        verdict = "best" if entry["best"] else {True: "tied", False: "worse", None: "-"}[entry["tied"]]
+        rows.append([name, f"{entry['lr']:.3g}", str(len(entry["diffs"])),
+                     "baseline" if entry["residual"] == "standard" else signed_interval(entry["diffs"]),
+                     "-" if entry["residual"] == "standard" else seed_range(entry["diffs"]), verdict])
+    header = ["variant", "its lr", "seeds", "Δ test loss vs standard (95 % CI)", "seeds' range", "against the best"]
+    return "\n\n".join([table(header, rows),
+                        ties_sentence(results["summary"]) + f" Scale: {scale_words(results)}. "
+                        + provenance(results, ctx.source(FAIR_DENSE))])
+
+
+FAIR_KERNELS = "fair-dense-kernels/results.json"
+
+
+def kernel_moves(fair_results: dict, rerun: dict) -> list[dict]:
+    """Per routed variant and seed in both: its paired test-loss difference to standard in the study and in
+    the rerun on another kernel path, and how far it moved: {"variant", "seed", "study", "rerun", "moved"}."""
+    study = {v["name"]: test_losses_by_seed(v) for v in fair_results["variants"]}
+    other = {v["name"]: test_losses_by_seed(v) for v in rerun["variants"]}
+    base = next(v["name"] for v in fair_results["variants"] if v["residual"] == "standard")
+    rows = []
+    for name in (n for n in study if n != base and n in other):
+        for seed in sorted(set(study[name]) & set(other[name]) & set(study[base]) & set(other.get(base, {}))):
+            here, there = study[name][seed] - study[base][seed], other[name][seed] - other[base][seed]
+            rows.append({"variant": name, "seed": seed, "study": here, "rerun": there, "moved": there - here})
+    return rows
+
+
+def fair_kernels(ctx) -> str:
+    """How far the fair fight's paired differences move on another kernel path, against its intervals."""
+    from attnres.report.compare_report import signed  # noqa: PLC0415
+
+    fair_results, rerun = ctx.results.json(FAIR_DENSE), ctx.results.json(FAIR_KERNELS)
+    moves, summary = kernel_moves(fair_results, rerun), fair_summary(fair_results)
+    if not moves:
+        raise ValueError(f"{FAIR_KERNELS} shares no seed with {FAIR_DENSE}")
+    rows = []
+    for name in dict.fromkeys(m["variant"] for m in moves):
+        mine = [m for m in moves if m["variant"] == name]
+        rows.append([name, *(f"{signed(m['study'])} / {signed(m['rerun'])}" for m in mine),
+                     f"{max(abs(m['moved']) for m in mine):.3f}", f"{summary[name]['half']:.3f}"])
+    seeds = sorted({m["seed"] for m in moves})
+    header = ["variant", *(f"seed {s}: Δ here / rerun" for s in seeds), "largest move", "95 % half-width (8 seeds)"]
+    capability = lambda r: (r.get("machine") or {}).get("cpu_capability", "?")  # noqa: E731
+    largest = max(abs(m["moved"]) for m in moves)
+    flips = sum((m["study"] < 0) != (m["rerun"] < 0) for m in moves)
+    halves = [e["half"] for e in summary.values() if e["half"] is not None and e["residual"] != "standard"]
+    text = (f"On PyTorch's {capability(rerun)} kernels instead of {capability(fair_results)}, the paired differences "
+            f"to standard moved by at most {largest:.3f} nats ({flips} of {len(moves)} changed sign); the final runs' "
+            f"95 % half-widths are {min(halves):.3f} to {max(halves):.3f}.")
+    return "\n\n".join([table(header, rows), text + " " + provenance(rerun, ctx.source(FAIR_KERNELS))])
+
+
+FAIR_LONG, FAIR_PYDOCS = "fair-dense-long/results.json", "fair-pydocs/results.json"
+
+
+def _compare_diffs(results: dict) -> dict[str, list[float]]:
+    """Per variant of an `attnres compare` results.json with test losses: its paired differences to standard."""
+    base = next(v for v in results["variants"] if v["residual"] == "standard")
+    return {v["name"]: paired_test_difference(v, base) for v in results["variants"] if v is not base}
+
+
+def _order(diffs: dict[str, list[float]]) -> list[str]:
+    return sorted(diffs, key=lambda name: mean(diffs[name]))
+
+
+def fair_beside(ctx, path: str, what: str) -> str:
+    """A later study at the fair fight's chosen rates (`rates_from`) beside the fair fight: each variant's
+    paired test-loss difference to standard in both, and whether the two order the variants alike."""
+    fair_results, later = ctx.results.json(FAIR_DENSE), ctx.results.json(path)
+    here = {name: e["diffs"] for name, e in fair_summary(fair_results).items() if e["residual"] != "standard"}
+    there = _compare_diffs(later)
+    rows = [[name, f"{later['rates'][name]:.3g}", signed_interval(here[name]), signed_interval(diffs),
+             str(len(diffs))] for name, diffs in sorted(there.items(), key=lambda item: mean(item[1]))]
+    shared = [n for n in _order(there) if n in here]
+    same = [n for n in _order(here) if n in there] == shared
+    text = (f"Ordered by their mean difference to standard, the variants rank {'alike' if same else 'differently'} "
+            f"in the two: {' < '.join(shared)} {what}" + ("." if same else f", against "
+            f"{' < '.join(n for n in _order(here) if n in there)} in the fair fight."))
+    header = ["variant", "its lr", "Δ, the fair fight (95 % CI)", f"Δ, {what} (95 % CI)", "seeds"]
+    return "\n\n".join([table(header, rows), text + " " + provenance(later, ctx.source(path))])
+
+
+def fair_long(ctx) -> str:
+    """The fair fight for 4x the steps, beside the fair fight."""
+    return fair_beside(ctx, FAIR_LONG, "at 4x the steps")
+
+
+def fair_pydocs(ctx) -> str:
+    """The second corpus, beside the fair fight."""
+    return fair_beside(ctx, FAIR_PYDOCS, "on the Python documentation")
+
+
+def fair_vs_ablation(ctx) -> str:
+    """Each variant's difference to standard at one rate for all (the ablation, validation loss) beside the
+    fair fight's (each at its own rate, test loss)."""
+    from attnres.pages.ablation import ABLATION, paired_summary  # noqa: PLC0415
+
+    ablation, fair_results = ctx.results.json(ABLATION), ctx.results.json(FAIR_DENSE)
+    one_rate, own = paired_summary(ablation), fair_summary(fair_results)
+    lr = ablation["settings"]["train"]["lr"]
+    rows = [[name, signed_interval(one_rate[name]["diffs"]), f"{own[name]['lr']:.3g}", signed_interval(own[name]["diffs"])]
+            for name in sorted(own, key=lambda n: own[n]["mean"]) if name in one_rate]
+    header = ["variant", f"Δ at lr {lr:g} for all (95 % CI)", "its own lr", "Δ at its own lr (95 % CI)"]
+    return "\n\n".join([table(header, rows), f"*Left: {ctx.source(ABLATION)} (validation loss, "
+                        f"{len(ablation['seeds'])} seeds); right: {ctx.source(FAIR_DENSE)} (test loss).*"])
