@@ -15,6 +15,7 @@ model with `attnres.build_residual` trains a few AdamW steps on random tokens wi
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -97,8 +98,13 @@ def main(repo: Path, expected_files: Path) -> None:
     check(len(expected) > 50 and not missing, f"the wheel lacks {len(missing)} of {len(expected)} files: {missing[:8]}")
     presets = available_presets()
     check(len(presets) >= 3, f"bundled compare presets: {presets}")
-    for name in presets:
-        load_preset(name)  # the bundled YAML files parse into presets
+    here = os.getcwd()
+    os.chdir(repo)  # a study preset's rates_from names a results folder of the repository
+    try:
+        for name in presets:
+            load_preset(name)  # the bundled YAML files parse into presets
+    finally:
+        os.chdir(here)
     check(not fused_cpu.fused_available(), "the fused CPU kernel is loaded; this check wants it absent")
 
     with warnings.catch_warnings(record=True) as record:
