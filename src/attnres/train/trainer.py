@@ -27,7 +27,7 @@ from attnres.analysis import load_imbalance
 from attnres.checkpoint import Checkpoint, CheckpointError, checkpoint_dirs
 from attnres.checkpoint.hf_dir import hf_directory_files, read_generation_config
 from attnres.common.atomic import write_atomic
-from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data
+from attnres.data import DataConfig, PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
 from attnres.distributed.env import Silent, all_reduce_mean, all_reduce_tensor_sum, current_env, is_main, main_first
 from attnres.distributed.pipeline_layout import PipelineConfigError
@@ -280,6 +280,8 @@ def check_compatible(saved: dict, run: RunConfig) -> None:
     as today's, `attnres.residual.legacy`)."""
     current = run.to_dict()
     saved = {**saved, "model": upgrade_model_fields(saved.get("model", {}), flat_options=True)[0]}
+    # a data field added since the checkpoint was written takes its default, as RunConfig.from_dict reads it
+    saved = {**saved, "data": {**DataConfig().to_dict(), **saved.get("data", {})}}
     differences = []
     for section in ("model", "data"):
         for key in sorted(set(saved.get(section, {})) | set(current[section])):
