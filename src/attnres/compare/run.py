@@ -85,7 +85,7 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
                 display.note(f"[{name} seed {planned.seed}] finished earlier: val loss "
                              f"{planned.record['final_val_loss']:.4f}")
             elif planned.mine:
-                planned.record = _train_variant(planned.run, name, planned.seed, device, display)
+                planned.record = train_variant(planned.run, name, planned.seed, device, display)
             if planned.record is not None:
                 planned.variant["runs"].append(planned.record)
         if count > 1:
@@ -131,7 +131,7 @@ def _results(preset: ComparePreset, command: str, device: str, seed_list: list[i
     }
 
 
-def _train_variant(run, name: str, seed: int, device: str, display: CompareProgress) -> dict:
+def train_variant(run, name: str, seed: int, device: str, display: CompareProgress) -> dict:
     """Train (or resume) one run and write its record atomically into its folder."""
     resume = bool(checkpoint_dirs(Path(run.out_dir) / "checkpoints"))
     display.start_run(f"{name} seed {seed}", run.train.steps, "resuming" if resume else "training")

@@ -19,7 +19,7 @@ from attnres.common.machine import machine_info
 from attnres.compare.presets import ComparePreset, at_rate, variant_run, variant_slug
 from attnres.compare.progress import CompareProgress
 from attnres.compare.protocol import RateSearch, rate_label, search_rates
-from attnres.compare.run import RECORD_KEYS, _train_variant, finished_record
+from attnres.compare.run import RECORD_KEYS, finished_record, train_variant
 from attnres.data import prepare_data
 from attnres.model import AttnResLM
 from attnres.model.config import variant_name
@@ -115,7 +115,7 @@ def run_protocol(preset: ComparePreset, out_dir: Path, seeds: int | None = None,
         try:
             for planned in mine:
                 label = f"{planned.variant['name']} {rate_label(planned.rate)}"
-                _train_variant(planned.run, label, planned.seed, device, display)
+                train_variant(planned.run, label, planned.seed, device, display)
         finally:
             display.close()
     if count > 1:

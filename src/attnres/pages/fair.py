@@ -4,9 +4,11 @@ one grid, reported on a test split that chose nothing, differences paired by see
 from __future__ import annotations
 
 from attnres.analysis.intervals import ci95_halfwidth, mean
-from attnres.pages.seeds import seed_range, signed_interval, table
+from attnres.pages.ablation import ABLATION, paired_summary
+from attnres.pages.seeds import excludes_zero, seed_range, signed_interval, table
 from attnres.pages.sources import provenance
-from attnres.report.protocol_report import search_rows, ties_sentence
+from attnres.report.compare_report import signed
+from attnres.report.protocol_report import paired_runs, search_rows, ties_sentence
 
 FAIR_DENSE = "fair-dense/results.json"
 
@@ -18,8 +20,7 @@ def test_losses_by_seed(variant: dict) -> dict[int, float]:
 
 def paired_test_difference(variant: dict, reference: dict) -> list[float]:
     """The variant's test loss minus the reference's, per seed both have, in seed order."""
-    mine, theirs = test_losses_by_seed(variant), test_losses_by_seed(reference)
-    return [mine[s] - theirs[s] for s in sorted(mine) if s in theirs]
+    return paired_runs(variant["runs"], reference["runs"])
 
 
 def fair_summary(results: dict) -> dict[str, dict]:
@@ -30,10 +31,9 @@ def fair_summary(results: dict) -> dict[str, dict]:
     out = {}
     for name, variant in variants.items():
         diffs = paired_test_difference(variant, base)
-        half = ci95_halfwidth(diffs)
         verdict = results["summary"][name]
-        out[name] = {"residual": variant["residual"], "diffs": diffs, "mean": mean(diffs), "half": half,
-                     "excludes_zero": half is not None and abs(mean(diffs)) > half, "lr": variant["chosen_lr"],
+        out[name] = {"residual": variant["residual"], "diffs": diffs, "mean": mean(diffs),
+                     "half": ci95_halfwidth(diffs), "excludes_zero": excludes_zero(diffs), "lr": variant["chosen_lr"],
                      "best": verdict["best"], "tied": verdict["tied"], "edge": variant.get("edge")}
     return out
 
@@ -93,8 +93,6 @@ def kernel_moves(fair_results: dict, rerun: dict) -> list[dict]:
 
 def fair_kernels(ctx) -> str:
     """How far the fair fight's paired differences move on another kernel path, against its intervals."""
-    from attnres.report.compare_report import signed  # noqa: PLC0415
-
     fair_results, rerun = ctx.results.json(FAIR_DENSE), ctx.results.json(FAIR_KERNELS)
     moves, summary = kernel_moves(fair_results, rerun), fair_summary(fair_results)
     if not moves:
@@ -159,8 +157,6 @@ def fair_pydocs(ctx) -> str:
 def fair_vs_ablation(ctx) -> str:
     """Each variant's difference to standard at one rate for all (the ablation, validation loss) beside the
     fair fight's (each at its own rate, test loss)."""
-    from attnres.pages.ablation import ABLATION, paired_summary  # noqa: PLC0415
-
     ablation, fair_results = ctx.results.json(ABLATION), ctx.results.json(FAIR_DENSE)
     one_rate, own = paired_summary(ablation), fair_summary(fair_results)
     lr = ablation["settings"]["train"]["lr"]

@@ -7,12 +7,13 @@ from __future__ import annotations
 import decimal
 import json
 
-from attnres.analysis.intervals import ci95_halfwidth, mean
+from attnres.analysis.intervals import mean
 from attnres.model.config import entry_options
 from attnres.pages import costs, fair, scaling
 from attnres.pages.conversion import CONVERSION, exact_conversion
 from attnres.pages.conversion import verdict as exact_conversion_words
-from attnres.pages.seeds import table
+from attnres.pages.published import PUBLISHED, source
+from attnres.pages.seeds import excludes_zero, table
 from attnres.pages.sources import provenance
 from attnres.report.compare_report import signed
 
@@ -125,7 +126,7 @@ def _cheap_choice(rows: list[dict], label) -> str:
     seeds = len(next(r["loss"]["diffs"] for r in rows if r["loss"]))
     diffs = {r["name"]: r["loss"]["diffs"] if r["loss"] else [0.0] * seeds for r in cheap}
     top = min(cheap, key=lambda r: mean(diffs[r["name"]]))
-    tied = [label(r) for r in cheap if r is not top and _includes_zero(
+    tied = [label(r) for r in cheap if r is not top and not excludes_zero(
         [a - b for a, b in zip(diffs[r["name"]], diffs[top["name"]])])]
     head = f"At most {CHEAP}x standard's training step in fp32 and bf16, "
     if top["residual"] == "standard":
@@ -133,11 +134,6 @@ def _cheap_choice(rows: list[dict], label) -> str:
     return (head + f"{label(top)} has the lowest test loss ({_loss_cell(top['loss']).replace(NBSP, ' ')} against "
             f"standard)" + (f"; {_names(tied)} {'is' if len(tied) == 1 else 'are'} not distinguishable from it."
                             if tied else ", ahead of the others by a paired 95 % interval."))
-
-
-def _includes_zero(values: list[float]) -> bool:
-    half = ci95_halfwidth(values)
-    return half is None or abs(mean(values)) <= half
 
 
 def recommendation_text(ctx) -> str:
@@ -232,8 +228,6 @@ def _direction(difference: float | None) -> str | None:
 def at_scale(ctx) -> str:
     """One line per published source at scale: which variants beat standard there (at its largest scale
     with the most variants), its own claim, and where the answer here agrees or does not."""
-    from attnres.pages.published import PUBLISHED, source  # noqa: PLC0415 (one page module, read lazily)
-
     ours = {r["residual"]: r for r in variant_rows(ctx)}
     ctx.source(PUBLISHED)
     printed = json.loads(ctx.results.path(PUBLISHED).read_text(), parse_float=decimal.Decimal)  # 29.70, not 29.7

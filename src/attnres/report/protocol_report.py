@@ -14,7 +14,7 @@ from attnres.report.document import dumps_json, fmt, jsonable, render_html, rend
 BASELINE = "standard"
 
 
-def _paired(runs: list[dict], reference: list[dict], key: str = "final_test_loss") -> list[float]:
+def paired_runs(runs: list[dict], reference: list[dict], key: str = "final_test_loss") -> list[float]:
     """Per seed both have, in seed order: this variant's `key` minus the reference's."""
     theirs = {r["seed"]: r[key] for r in reference}
     return [r[key] - theirs[r["seed"]] for r in sorted(runs, key=lambda r: r["seed"]) if r["seed"] in theirs]
@@ -39,7 +39,7 @@ def summarize_protocol(results: dict) -> dict[str, dict]:
     summary = {}
     for variant in variants:
         test = [r["final_test_loss"] for r in variant["runs"]]
-        to_base, to_best = _paired(variant["runs"], baselines[0]["runs"]), _paired(variant["runs"], best["runs"])
+        to_base, to_best = paired_runs(variant["runs"], baselines[0]["runs"]), paired_runs(variant["runs"], best["runs"])
         half_best = ci95_halfwidth(to_best)
         summary[variant["name"]] = {
             "residual": variant["residual"], "chosen_lr": variant["chosen_lr"], "edge": variant.get("edge"),
