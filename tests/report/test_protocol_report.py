@@ -53,3 +53,11 @@ def test_results_without_a_test_loss_or_a_baseline_are_refused():
         summarize_protocol(broken)
     with pytest.raises(ValueError, match="exactly one 'standard'"):
         summarize_protocol({"variants": [variant("block", "block_attnres", [4.9])]})
+
+
+def test_the_chosen_rate_is_bold_in_the_html_report_too():
+    from attnres.report.document import render_html
+
+    header, rows = search_rows(RESULTS)
+    page = render_html([("table", header, rows, True)])
+    assert "<td><strong>5.300</strong></td>" in page and "**" not in page

@@ -69,7 +69,12 @@ figure{margin:1.5em 0}img{display:block;width:100%;max-width:640px;height:auto;b
 figcaption{color:#555;font-size:.95em;max-width:640px}"""
 VIEWPORT = '<meta name="viewport" content="width=device-width, initial-scale=1">'
 TABLE_CONTAINER = "table-scroll"  # the class of the scrolling box around every table
+_BOLD = re.compile(r"\*\*([^*]+)\*\*")  # **text** is bold, as in the Markdown (a table's chosen cell)
 _INLINE_CODE = re.compile(r"`([^`]+)`")
+
+
+def _bold(text: str) -> str:
+    return _BOLD.sub(r"<strong>\1</strong>", text)
 
 
 def render_html(blocks: list[tuple]) -> str:
@@ -91,7 +96,7 @@ def render_html(blocks: list[tuple]) -> str:
         elif kind == "table":
             header, rows, numeric = rest
             head = "".join(f"<th>{esc(h)}</th>" for h in header)
-            cells = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>\n" for row in rows)
+            cells = "".join("<tr>" + "".join(f"<td>{_bold(esc(c))}</td>" for c in row) + "</tr>\n" for row in rows)
             attrs = ' class="numeric"' if numeric else ""
             body.append(f'<div class="{TABLE_CONTAINER}"><table{attrs}>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
                         f"{cells}</tbody>\n</table></div>")

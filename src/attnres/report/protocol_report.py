@@ -119,7 +119,7 @@ def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
         ("p", f"Created {results.get('created', '-')} on {machine_text or '-'}."),
         ("code", results.get("command", "")),
         ("h2", "Protocol"),
-        ("p", f"Every variant is trained at each peak learning rate of {[_rate(r) for r in protocol['lr_grid']]} "
+        ("p", f"Every variant is trained at each peak learning rate of {', '.join(_rate(r) for r in protocol['lr_grid'])} "
               f"with {protocol['grid_seeds']} seeds (min_lr = {settings['min_lr_ratio']:g} × the rate, every other "
               f"setting the same). Its rate is the one with the lowest mean validation loss; a best rate on the edge "
               f"of those searched extends the search one grid step further, at most {protocol['max_extensions']} "
