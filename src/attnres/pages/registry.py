@@ -15,6 +15,7 @@ BLOCKS = {
     "fair-search": fair.fair_search,
     "fair-results": fair.fair_results,
     "fair-kernels": fair.fair_kernels,
+    "fair-kernels-summary": fair.fair_kernels_summary,
     "fair-long": fair.fair_long,
     "fair-vs-ablation": fair.fair_vs_ablation,
     "fair-pydocs": fair.fair_pydocs,
