@@ -2,11 +2,13 @@
 # Install attnres as a user would, into an environment of their own, and use it (CI runs this).
 #   1. build the wheel (not an editable install) from a copy of the working tree's files;
 #   2. make a fresh virtual environment; install torch==2.13.0 first and alone (pip then takes the
-#      local CPU wheel, not a multi-GB CUDA build), then the wheel with its dependencies, unpinned
-#      beyond torch, as pyproject.toml declares them;
+#      local CPU wheel, not a multi-GB CUDA build), then the wheel with its core dependencies only,
+#      unpinned beyond torch, as pyproject.toml declares them;
 #   3. from a folder outside the repository, with an empty extensions cache (the fused CPU kernel
-#      not built), run scripts/wheel_smoke.py: the package's files, the bundled presets, a drop-in
-#      nanoGPT-style training with two variants, AttnResLM forward/backward, the one-time note.
+#      not built), run scripts/wheel_smoke.py core: the package's files, a drop-in nanoGPT-style
+#      training with two variants, AttnResLM forward/backward, the one-time note, and the one line a
+#      command without its extra gives; then install the hf extra and convert a checkpoint
+#      (wheel_smoke.py hf), then the train extra and load the bundled presets (wheel_smoke.py train).
 # Prints one line per stage with its time. PYTHON picks the interpreter (default python3);
 # ATTNRES_WHEEL_DIR keeps the folder (wheel, venv, logs) instead of a temporary one removed at exit.
 set -euo pipefail
@@ -54,11 +56,19 @@ _wheel_step "building the wheel" "$WORK/venv/bin/python" -m pip wheel --disable-
     -w "$WORK/dist" "$WORK/src"
 WHEEL="$(ls "$WORK"/dist/attnres-*.whl)"
 _wheel_step "installing torch 2.13.0 (the CPU wheel)" "${PIP[@]}" "torch==2.13.0"
-_wheel_step "installing $(basename "$WHEEL") with its dependencies" "${PIP[@]}" "$WHEEL"
+_wheel_step "installing $(basename "$WHEEL") alone (no extras)" "${PIP[@]}" "$WHEEL"
 mkdir -p "$WORK/run" "$WORK/extensions"
-_wheel_say "drop-in training from $WORK/run (outside the repository), fused CPU kernel not built ..."
-start=$SECONDS
-(cd "$WORK/run" && env -u PYTHONPATH ATTNRES_EXTENSIONS_DIR="$WORK/extensions" \
-    "$WORK/venv/bin/python" "$ROOT/scripts/wheel_smoke.py" "$ROOT" "$WORK/expected.txt")
-_wheel_say "  done in $((SECONDS - start)) s"
+# _wheel_smoke STAGE ARGS...: scripts/wheel_smoke.py STAGE from $WORK/run, outside the repository
+_wheel_smoke() {
+    local start=$SECONDS
+    _wheel_say "smoke test '$1' from $WORK/run (outside the repository), fused CPU kernel not built ..."
+    (cd "$WORK/run" && env -u PYTHONPATH ATTNRES_EXTENSIONS_DIR="$WORK/extensions" \
+        "$WORK/venv/bin/python" "$ROOT/scripts/wheel_smoke.py" "$@")
+    _wheel_say "  done in $((SECONDS - start)) s"
+}
+_wheel_smoke core "$ROOT" "$WORK/expected.txt"
+_wheel_step "installing the hf extra" "${PIP[@]}" "$WHEEL[hf]"
+_wheel_smoke hf "$ROOT"
+_wheel_step "installing the train extra" "${PIP[@]}" "$WHEEL[train]"
+_wheel_smoke train "$ROOT"
 _wheel_say "passed in $((SECONDS - BEGIN)) s"

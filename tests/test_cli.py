@@ -34,6 +34,8 @@ def test_every_option_has_a_help_line_with_its_choices_and_default(name):
     for action in subparser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
             continue
+        if action.help == argparse.SUPPRESS:  # a deprecated spelling, hidden (tests/test_deprecations.py)
+            continue
         label = "/".join(action.option_strings) or action.dest
         text = formatter._expand_help(action) if action.help else ""
         assert text.strip(), f"attnres {name} {label} has no help text"

@@ -11,4 +11,4 @@ from attnres.routing import DepthMixer
 
 __all__ = ["AttnResLM", "CausalLMOutput", "ConfigError", "DepthMixer", "InputError", "ModelConfig", "ResidualScheme",
            "Variant", "VariantOptions", "build_residual", "option", "register_variant"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -148,6 +148,7 @@ def _convert(args: argparse.Namespace) -> int:
 
     dtype = WEIGHT_DTYPES[args.dtype]
     options = dict(parse_assignment(item, "--option", "NAME=VALUE (e.g. num_blocks=4)") for item in args.option)
+    options.update(_deprecated_convert_flags(args, options))
     out, model = convert_to_hf(args.source, args.out, residual=args.residual, residual_options=options, dtype=dtype,
                                max_seq_len=args.max_seq_len)
     print(f"converted {args.source} -> {out} ({model.config.residual}, {sum(p.numel() for p in model.parameters()):,} "
@@ -156,6 +157,25 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}  # the long names earlier versions took
+# attnres convert's flags of 0.1.0 (deprecated in 0.2.0) -> the variant option each one set
+DEPRECATED_CONVERT_FLAGS = {"num_blocks": "--num-blocks", "exact_conversion": "--exact"}
+
+
+def _deprecated_convert_flags(args: argparse.Namespace, options: dict) -> dict:
+    """The options that --num-blocks and --exact set, each with a one-line note naming --option."""
+    from attnres.common.deprecation import deprecation_message
+    from attnres.common.errors import InputError
+
+    given = {}
+    for name, flag in DEPRECATED_CONVERT_FLAGS.items():
+        value = getattr(args, f"deprecated_{name}")
+        if value is None:
+            continue
+        print(f"attnres convert: {deprecation_message(f'{flag} {value}', f'--option {name}={value}')}", file=sys.stderr)
+        if name in options and str(options[name]) != str(value):
+            raise InputError(f"attnres convert: {flag} {value} contradicts --option {name}={options[name]}; give one")
+        given[name] = value
+    return given
 
 
 def _lm_eval(args: argparse.Namespace) -> int:
@@ -403,6 +423,9 @@ def _convert_parser(sub) -> None:
     convert.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                          help="an option of the residual variant (repeatable; docs/reference/config.md lists each "
                               "variant's), e.g. --option num_blocks=4 --option exact_conversion=gate (default: none)")
+    # 0.1.0's spellings of two options, deprecated in 0.2.0: they still work, with a note naming --option
+    convert.add_argument("--num-blocks", type=int, dest="deprecated_num_blocks", help=argparse.SUPPRESS)
+    convert.add_argument("--exact", dest="deprecated_exact_conversion", help=argparse.SUPPRESS)
     convert.add_argument("--max-seq-len", type=int, default=None,
                          help="longest sequence the model accepts (default: the source's max_position_embeddings)")
     convert.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", type=lambda s: DTYPE_NAMES.get(s, s),
@@ -546,18 +569,58 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"attnres {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for add_command in COMMAND_PARSERS:
-        add_command(sub)
+        try:
+            add_command(sub)
+        except ModuleNotFoundError as error:  # the command's extra is not installed: say so when it is run
+            _add_stand_in(sub, add_command.__name__.removeprefix("_").removesuffix("_parser").replace("_", "-"), error)
     return parser
+
+
+# the install extra each command needs beyond the core package (common/extras.py); others need "train"
+COMMAND_EXTRAS = {"convert": "hf", "generate": "hf", "lm-eval": "eval"}
+
+
+def _add_stand_in(sub, command: str, error: ModuleNotFoundError) -> None:
+    """A subcommand whose parser cannot be built without its extra: listed, and run, it says what to install."""
+    from attnres.common.errors import InputError
+    from attnres.common.extras import missing_extra
+
+    message = missing_extra(error, COMMAND_EXTRAS.get(command, "train"))
+    if message is None or command in sub.choices:
+        raise error
+
+    def handler(args: argparse.Namespace) -> int:
+        raise InputError(message)
+
+    # no option prefix: every argument given is taken (and ignored) rather than refused as unknown
+    stand_in = sub.add_parser(command, help=f"(not installed: {message})", add_help=False, prefix_chars="\0")
+    stand_in.add_argument("arguments", nargs=argparse.REMAINDER)
+    stand_in.set_defaults(handler=handler)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `attnres` command: exit 0 on success, 2 for bad input, 1 for a failed run; any
-    other exception is a bug and propagates with its traceback (module docstring)."""
-    from attnres.common.errors import InputError
+    other exception is a bug and propagates with its traceback (module docstring). A command whose
+    install extra is missing says which, in one line (exit 2)."""
+    from attnres.common.extras import missing_extra
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
+    try:
+        return _run(args)
+    except ModuleNotFoundError as error:  # an optional dependency, or else a bug
+        message = missing_extra(error, COMMAND_EXTRAS.get(args.command, "train"))
+        if message is None:
+            raise
+        print(f"attnres {args.command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command: its exit status, with input errors and failed runs said in one line."""
+    from attnres.common.errors import InputError
+
     failures: tuple[type[Exception], ...] = ()
     if args.command in ("train", "finetune", "eval", "compare", "analyze", "scaling"):
         from attnres.train import CheckpointError, TrainingError

@@ -1,6 +1,9 @@
 """Hugging Face integration: config and model classes, registered with the Auto classes on import."""
 
-from transformers import AutoConfig, AutoModelForCausalLM
+try:
+    from transformers import AutoConfig, AutoModelForCausalLM
+except ModuleNotFoundError as error:  # an optional dependency: name the extra that brings it
+    raise ModuleNotFoundError(f"attnres.hf needs {error.name}: pip install 'attnres[hf]'", name=error.name) from error
 
 from attnres.hf.configuration import AttnResConfig
 from attnres.hf.convert import ConversionError, convert_checkpoint

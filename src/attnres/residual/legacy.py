@@ -1,6 +1,6 @@
 """The one translation from model configs written before variant options were typed.
 
-Until attnres 0.x (December 2026) a variant's options were flat ModelConfig fields, and two run
+In attnres 0.1.0 (December 2026) a variant's options were flat ModelConfig fields, and two run
 settings were stored with the model. Checkpoints, converted directories, YAML files and result
 files written then still load: `upgrade_model_fields` moves each old field into the variant's
 `residual_options` under its new name, drops a field that holds the value that meant "not set",
@@ -12,16 +12,10 @@ that option is an error naming the field and the variants that take it.
 from __future__ import annotations
 
 from attnres.common.errors import InputError
+from attnres.residual.old_names import FLAT_OPTIONS, RUN_SETTINGS
 from attnres.residual.variants import VARIANTS, variants_with_option
 
-# old ModelConfig field -> (the option's name now, the old value that meant "not set")
-FLAT_OPTIONS = {"num_blocks": ("num_blocks", None), "exact_conversion": ("exact_conversion", None),
-                "router_query": ("query", "static"), "router_weights": ("weights", "softmax"),
-                "router_key_norm": ("key_norm", True), "denseformer_dilation": ("dilation", 1),
-                "denseformer_period": ("period", 1), "hc_streams": ("streams", None),
-                "hc_dynamic": ("dynamic", None), "hc_sinkhorn_iters": ("sinkhorn_iters", None)}
-# old ModelConfig fields that are run settings now -> their default
-RUN_SETTINGS = {"routing_impl": "auto", "routing_chunk_size": None}
+__all__ = ["FLAT_OPTIONS", "RUN_SETTINGS", "upgrade_model_fields"]
 
 
 def upgrade_model_fields(values: dict, *, flat_options: bool = False, prefix: str = "",

@@ -15,16 +15,22 @@ from attnres.routing.fused_cpu import build_extension, fused_available, how_to_b
 from attnres.routing.lean import inv_rms, route_sources
 from attnres.routing.triton_route import route_sources_triton, triton_available
 
-# How routers compute (the same function at different speeds): "auto" = Triton on CUDA when available,
-# the fused C++ op on CPU when its extension is built, else the memory-lean custom op; "reference" =
-# the plain method §2 code every path is tested against.
+# How routers compute (the same function at different speeds): "auto" = the fused C++ op on CPU when its
+# extension is built, else the memory-lean custom op (on every device); "reference" = the plain method §2
+# code every path is tested against; "triton" only by name until it has been checked on a GPU.
 IMPLS = ("auto", "reference", "lean", "triton", "fused")
+
+# Whether "auto" picks the Triton kernel on CUDA. The kernel has only run under Triton's CPU
+# interpreter, so a user's first GPU run is not to be its first test: set this to True once
+# benchmarks/gpu_check.sh has passed on a real GPU (it prints this instruction when it does).
+TRITON_IN_AUTO = False
 
 
 def resolve_impl(impl: str, device: torch.device, quiet: bool = False) -> str:
     """The implementation `impl` means on `device`.
 
-    "auto" -> "triton" on CUDA when Triton is installed (outside torch.compile); "fused" on CPU when
+    "auto" -> "lean" on CUDA (the ops PyTorch runs everywhere; "triton" once `TRITON_IN_AUTO` is set,
+    outside torch.compile); "fused" on CPU when
     the fused extension is already built (auto never starts a build), in a compiled decode step too:
     there its kernels are single calls in the graph, which compiles in about half the time of the
     lean ops' plain PyTorch at 1 to 5 % more time per token (docs/explanation/fast-paths.md); else
@@ -38,7 +44,8 @@ def resolve_impl(impl: str, device: torch.device, quiet: bool = False) -> str:
         raise InputError(f"routing_impl must be one of {list(IMPLS)}, got {impl!r}")
     device = torch.device(device)
     if impl == "auto":  # the Triton op is opaque to torch.compile; the lean and fused custom ops trace cleanly
-        if device.type == "cuda" and not torch.compiler.is_compiling() and triton_available():
+        if (TRITON_IN_AUTO and device.type == "cuda" and not torch.compiler.is_compiling()
+                and triton_available()):
             return "triton"
         if device.type != "cpu":
             return "lean"
