@@ -142,3 +142,23 @@ def test_a_dear_winner_comes_with_the_best_variant_at_a_cheap_step(ctx_of):
             "(-0.105 ± ") in text
     # Full AttnRes's step is 1.21x in bf16 (results/bench-bf16): not cheap, so not named beside Block
     assert "against standard), ahead of the others by a paired 95 % interval." in text
+
+
+def test_the_answer_says_whether_a_later_study_ranks_the_variants_differently(ctx_of, tmp_path):
+    ctx = ctx_of(others([-0.10, -0.12, -0.09, -0.11], [-0.05, -0.06, -0.04, -0.05]))
+    assert "second corpus" not in recommendation.recommendation_text(ctx)  # nothing to say before it is run
+    later = study(others([-0.02, -0.03, -0.01, -0.02], [-0.08, -0.07, -0.09, -0.08]))
+    later["seeds"] = [0, 1, 2, 3]
+    (tmp_path / "results" / "fair-pydocs").mkdir()
+    (tmp_path / "results" / fair.FAIR_PYDOCS).write_text(json.dumps(later))
+    assert fair.shown_better(later) == ["full_attnres", "block_attnres (N=8)"]
+    text = recommendation.recommendation_text(ctx)
+    assert ("On a second corpus (the Python documentation), 4 seeds at the same rates, the variants rank "
+            "differently: Full AttnRes < Block AttnRes < Delta Block against Block AttnRes < Full AttnRes < "
+            "Delta Block here, and Full AttnRes and Block AttnRes are shown better than standard.") in text
+    same = study(others([-0.10, -0.12, -0.09, -0.11], [-0.01, +0.02, -0.03, +0.01]))
+    same["seeds"] = [0, 1, 2, 3]
+    (tmp_path / "results" / "fair-dense-long").mkdir()
+    (tmp_path / "results" / fair.FAIR_LONG).write_text(json.dumps(same))
+    assert ("At 4x the training steps, 4 seeds at the same rates, the variants rank as here, and Block AttnRes "
+            "is shown better than standard.") in recommendation.recommendation_text(ctx)

@@ -152,6 +152,20 @@ def _order(diffs: dict[str, list[float]]) -> list[str]:
     return sorted(diffs, key=lambda name: mean(diffs[name]))
 
 
+def rankings(fair_results: dict, later: dict) -> tuple[list[str], list[str]]:
+    """The variants both studies ran, ordered by mean test-loss difference to standard: (in the later
+    study, in the fair fight); the two lists are equal when the studies rank them alike."""
+    here = {name: e["diffs"] for name, e in fair_summary(fair_results).items() if e["residual"] != "standard"}
+    there = _compare_diffs(later)
+    return [n for n in _order(there) if n in here], [n for n in _order(here) if n in there]
+
+
+def shown_better(later: dict) -> list[str]:
+    """The variants of a later study whose paired interval to standard lies below 0, best first."""
+    diffs = _compare_diffs(later)
+    return [name for name in _order(diffs) if mean(diffs[name]) < 0 and excludes_zero(diffs[name])]
+
+
 def fair_beside(ctx, path: str, what: str) -> str:
     """A later study at the fair fight's chosen rates (`rates_from`) beside the fair fight: each variant's
     paired test-loss difference to standard in both, and whether the two order the variants alike."""
@@ -160,11 +174,11 @@ def fair_beside(ctx, path: str, what: str) -> str:
     there = _compare_diffs(later)
     rows = [[name, f"{later['rates'][name]:.3g}", signed_interval(here[name]), signed_interval(diffs),
              str(len(diffs))] for name, diffs in sorted(there.items(), key=lambda item: mean(item[1]))]
-    shared = [n for n in _order(there) if n in here]
-    same = [n for n in _order(here) if n in there] == shared
+    shared, theirs = rankings(fair_results, later)
+    same = shared == theirs
     text = (f"Ordered by their mean difference to standard, the variants rank {'alike' if same else 'differently'} "
             f"in the two: {' < '.join(shared)} {what}" + ("." if same else f", against "
-            f"{' < '.join(n for n in _order(here) if n in there)} in the fair fight."))
+            f"{' < '.join(theirs)} in the fair fight."))
     header = ["variant", "its lr", "Δ, the fair fight (95 % CI)", f"Δ, {what} (95 % CI)", "seeds"]
     return "\n\n".join([table(header, rows), text + " " + provenance(later, ctx.source(path))])
 

@@ -14,7 +14,7 @@ from attnres.pages.conversion import CONVERSION, exact_conversion
 from attnres.pages.conversion import verdict as exact_conversion_words
 from attnres.pages.published import PUBLISHED, source
 from attnres.pages.seeds import excludes_zero, table
-from attnres.pages.sources import provenance
+from attnres.pages.sources import ResultMissing, provenance
 from attnres.report.compare_report import signed
 
 CHEAP = 1.2  # "cheap": a training step at most this multiple of standard's, in fp32 and in bf16
@@ -188,8 +188,33 @@ def recommendation_text(ctx) -> str:
                  f"the best of one grid on validation, the loss on a test split that chose nothing; the compute "
                  f"advantage from {scaling.sweep_words(scaling_results := ctx.results.json(scaling.SCALING))} at "
                  f"one learning rate ({scaling_results['settings']['train']['lr']:g} for every variant); costs at "
-                 f"{costs.shape_words(ctx.results.json(costs.FP32))}.")
+                 f"{costs.shape_words(ctx.results.json(costs.FP32))}." + later_studies_words(ctx, fair_results))
     return "\n\n".join(lines)
+
+
+# the later studies at the fair fight's rates, and how the answer names each
+LATER_STUDIES = ((fair.FAIR_PYDOCS, "On a second corpus (the Python documentation)"),
+                 (fair.FAIR_LONG, "At 4x the training steps"))
+
+
+def later_studies_words(ctx, fair_results: dict) -> str:
+    """A sentence per later study at hand (fair.LATER_STUDIES): whether it ranks the variants as the fair
+    fight does, and which variants it shows better than standard; "" when none is committed yet."""
+    words = []
+    for path, what in LATER_STUDIES:
+        try:
+            later = ctx.results.json(path)
+        except ResultMissing:
+            continue
+        label = lambda name: LABELS.get(name.split(" ")[0], name)  # noqa: E731  ("block_attnres (N=8)")
+        order, ours = ([label(name) for name in names] for names in fair.rankings(fair_results, later))
+        better = [label(name) for name in fair.shown_better(later)]
+        seeds = len(later["seeds"])
+        words.append(f" {what}, {seeds} seeds at the same rates, the variants rank "
+                     + ("as here" if order == ours else f"differently: {' < '.join(order)} against {' < '.join(ours)} here")
+                     + f", and {_names(better) + (' is' if len(better) == 1 else ' are') if better else 'none is'} "
+                       f"shown better than standard.")
+    return "".join(words)
 
 
 def recommendation_sources(ctx) -> str:
