@@ -162,3 +162,14 @@ def test_the_answer_says_whether_a_later_study_ranks_the_variants_differently(ct
     (tmp_path / "results" / fair.FAIR_LONG).write_text(json.dumps(same))
     assert ("At 4x the training steps, 4 seeds at the same rates, the variants rank as here, and Block AttnRes "
             "is shown better than standard.") in recommendation.recommendation_text(ctx)
+
+
+def test_the_kimi_linear_study_gets_the_same_tables(ctx_of, tmp_path):
+    ctx = ctx_of(others([-0.10, -0.12, -0.09, -0.11], [-0.05, -0.06, -0.04, -0.05]))
+    kimi = study([*others([-0.02, -0.03, -0.01, -0.02], [-0.08, -0.07, -0.09, -0.08]),
+                  variant("hyper_connections", "hyper_connections", [+0.12, +0.14, +0.10, +0.13])])
+    (tmp_path / "results" / "fair-kimi-linear").mkdir()
+    (tmp_path / "results" / fair.FAIR_KIMI).write_text(json.dumps(kimi))
+    results = fair.fair_kimi_results(ctx)
+    assert "| hyper_connections | 0.006 | 4 | +0.122 ± " in results and "fair-kimi-linear/results.json" in results
+    assert "| full_attnres |" in fair.fair_kimi_search(ctx)

@@ -48,19 +48,21 @@ def scale_words(results: dict) -> str:
             f"{train['batch_size']} x {train['seq_len']} tokens, {seeds} seeds at each variant's own best rate")
 
 
-def fair_search(ctx) -> str:
-    """The learning-rate search: mean validation loss of every variant at every rate, its choice in bold."""
-    results = ctx.results.json(FAIR_DENSE)
+def protocol_search(ctx, path: str) -> str:
+    """The learning-rate search of a protocol study: mean validation loss of every variant at every rate,
+    its choice in bold."""
+    results = ctx.results.json(path)
     header, rows = search_rows(results)
     grid = results["protocol"]
     return "\n\n".join([table(header, rows),
                         f"Mean validation loss over {grid['grid_seeds']} seeds per rate; the chosen rate's in bold. "
-                        + provenance(results, ctx.source(FAIR_DENSE))])
+                        + provenance(results, ctx.source(path))])
 
 
-def fair_results(ctx) -> str:
-    """The final runs on the test split: each variant against standard paired by seed, and against the best."""
-    results = ctx.results.json(FAIR_DENSE)
+def protocol_results(ctx, path: str) -> str:
+    """The final runs of a protocol study on the test split: each variant against standard paired by seed,
+    and against the best."""
+    results = ctx.results.json(path)
     summary = fair_summary(results)
     rows = []
     for name, entry in sorted(summary.items(), key=lambda item: item[1]["mean"]):
@@ -71,7 +73,30 @@ def fair_results(ctx) -> str:
     header = ["variant", "its lr", "seeds", "Δ test loss vs standard (95 % CI)", "seeds' range", "against the best"]
     return "\n\n".join([table(header, rows),
                         ties_sentence(results["summary"]) + f" Scale: {scale_words(results)}. "
-                        + provenance(results, ctx.source(FAIR_DENSE))])
+                        + provenance(results, ctx.source(path))])
+
+
+def fair_search(ctx) -> str:
+    """The dense fair fight's learning-rate search."""
+    return protocol_search(ctx, FAIR_DENSE)
+
+
+def fair_results(ctx) -> str:
+    """The dense fair fight's final runs."""
+    return protocol_results(ctx, FAIR_DENSE)
+
+
+FAIR_KIMI = "fair-kimi-linear/results.json"
+
+
+def fair_kimi_search(ctx) -> str:
+    """The fair fight on Kimi Linear: its learning-rate search."""
+    return protocol_search(ctx, FAIR_KIMI)
+
+
+def fair_kimi_results(ctx) -> str:
+    """The fair fight on Kimi Linear: its final runs, hyper-connections included whichever way they fall."""
+    return protocol_results(ctx, FAIR_KIMI)
 
 
 FAIR_KERNELS = "fair-dense-kernels/results.json"

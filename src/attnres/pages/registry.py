@@ -15,6 +15,8 @@ BLOCKS = {
     "fair-search": fair.fair_search,
     "fair-results": fair.fair_results,
     "fair-kernels": fair.fair_kernels,
+    "fair-kimi-search": fair.fair_kimi_search,
+    "fair-kimi-results": fair.fair_kimi_results,
     "fair-kernels-summary": fair.fair_kernels_summary,
     "fair-long": fair.fair_long,
     "fair-vs-ablation": fair.fair_vs_ablation,
