@@ -127,3 +127,36 @@ def test_convert_old_flag_contradicting_option_fails_in_one_line(capsys, tmp_pat
                  "num_blocks=2", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and "contradicts --option num_blocks=2" in err
+
+
+@pytest.fixture(scope="module")
+def qwen3_dir(tmp_path_factory):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                         max_position_embeddings=32))
+    path = tmp_path_factory.mktemp("qwen3")
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("function", ["convert_checkpoint", "convert_to_hf", "model_config_from_hf"])
+def test_conversion_keywords_of_0_1_0_warn_and_convert_the_same(function, qwen3_dir, tmp_path):
+    from attnres.hf import convert, export
+
+    old = {"num_blocks": 2, "exact_conversion": "gate"}
+    call = {"convert_checkpoint": lambda **kw: convert.convert_checkpoint(qwen3_dir, "delta_block", **kw).config,
+            "convert_to_hf": lambda **kw: export.convert_to_hf(qwen3_dir, tmp_path / str(len(kw)), "delta_block",
+                                                               **kw)[1].config,
+            "model_config_from_hf": lambda **kw: convert.model_config_from_hf(
+                convert.read_source_config(qwen3_dir), "delta_block", **kw)}[function]
+    with pytest.warns(DeprecationWarning, match=rf"{function}\(num_blocks=\.\.\., exact_conversion=\.\.\.\) is "
+                                                rf"deprecated .*use {function}\(\.\.\., residual_options="):
+        config = call(**old)
+    assert config == call(residual_options=old)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+        call(bogus=1)
+    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match=r"num_blocks=2 contradicts"):
+        call(num_blocks=2, residual_options={"num_blocks": 1})

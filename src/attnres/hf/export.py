@@ -13,6 +13,7 @@ from transformers import GenerationConfig
 
 from attnres.checkpoint.hf_dir import generation_defaults, read_generation_config, special_token_ids
 from attnres.common.atomic import publish
+from attnres.common.deprecation import merge_old_option_keywords
 from attnres.data.tokenizer import copy_tokenizer_files
 from attnres.hf.configuration import AttnResConfig
 from attnres.hf.convert import ConversionError, convert_checkpoint, read_source_config
@@ -89,12 +90,15 @@ def _running(pid: int) -> bool:
 
 def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "standard",
                   residual_options: dict | None = None, dtype: torch.dtype = torch.float32,
-                  max_seq_len: int | None = None) -> tuple[Path, AttnResLM]:
+                  max_seq_len: int | None = None, **deprecated) -> tuple[Path, AttnResLM]:
     """Convert a Hugging Face checkpoint directory or a .gguf file (`convert_checkpoint`) and save it
     with `save_hf`, keeping what generation needs from the source: its special-token ids (config.json),
     its generation defaults (generation_config.json, eos lists included; for a GGUF file, those
     transformers derives from its metadata) and its tokenizer (copied, or the GGUF's embedded one
-    saved), chat template included. Returns (out_dir, the converted model)."""
+    saved), chat template included. Returns (out_dir, the converted model). (`num_blocks=` and
+    `exact_conversion=`, 0.1.0's keywords, still work with a DeprecationWarning until 0.3.0.)"""
+    residual_options = merge_old_option_keywords("convert_to_hf", residual_options, deprecated,
+                                                 error=ConversionError)
     check_new_dir(out_dir)  # now, not after the conversion
     source_config = read_source_config(source)  # once: a GGUF file's metadata takes seconds to read
     model = convert_checkpoint(source, residual=residual, residual_options=residual_options, dtype=dtype,
