@@ -144,15 +144,16 @@ def _parse_shard(text: str | None) -> tuple[int, int]:
 def _convert(args: argparse.Namespace) -> int:
     from attnres.common.config_files import parse_assignment
     from attnres.common.precision import WEIGHT_DTYPES
-    from attnres.hf.export import convert_to_hf
+    from attnres.hf.streaming import stream_to_hf
 
     dtype = WEIGHT_DTYPES[args.dtype]
     options = dict(parse_assignment(item, "--option", "NAME=VALUE (e.g. num_blocks=4)") for item in args.option)
     options.update(_deprecated_convert_flags(args, options))
-    out, model = convert_to_hf(args.source, args.out, residual=args.residual, residual_options=options, dtype=dtype,
-                               max_seq_len=args.max_seq_len)
-    print(f"converted {args.source} -> {out} ({model.config.residual}, {sum(p.numel() for p in model.parameters()):,} "
-          f"parameters, {args.dtype}); load with: import attnres.hf; AutoModelForCausalLM.from_pretrained({str(out)!r})")
+    # safetensors sources stream in bounded memory; a GGUF file or pytorch_model.bin converts in memory
+    done = stream_to_hf(args.source, args.out, residual=args.residual, residual_options=options, dtype=dtype,
+                        max_seq_len=args.max_seq_len, max_shard_size=args.max_shard_size)
+    print(f"converted {args.source} -> {done.out} ({done.config.residual}, {done.num_parameters:,} parameters, "
+          f"{args.dtype}); load with: import attnres.hf; AutoModelForCausalLM.from_pretrained({str(done.out)!r})")
     return 0
 
 
@@ -431,6 +432,8 @@ def _convert_parser(sub) -> None:
     convert.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", type=lambda s: DTYPE_NAMES.get(s, s),
                          help="dtype of the written weights, one of %(choices)s; bf16 halves the files "
                               "(default: %(default)s)")
+    convert.add_argument("--max-shard-size", default="5GB", metavar="SIZE",
+                         help="largest weight file written, e.g. 500MB; more is sharded (default: %(default)s)")
     convert.add_argument("--out", required=True, help="output directory, new or empty (Hugging Face format; required)")
     convert.set_defaults(handler=_convert)
 

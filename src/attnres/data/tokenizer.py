@@ -15,6 +15,7 @@ from attnres.common.atomic import atomic_file, write_atomic
 from attnres.common.checks import check_int
 from attnres.data.errors import DataError
 from attnres.data.hashing import digest
+from attnres.data.tiktoken_files import build_fast_tokenizer, needs_building, write_fast_tokenizer
 
 EOS_TOKEN = "<|endoftext|>"
 TOKENIZER_FILE = "tokenizer.json"
@@ -115,8 +116,9 @@ class Tokenizer:
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> Tokenizer:
         """Load a tokenizer directory: `tokenizer.json` (EOS from tokenizer_config.json or
-        special_tokens_map.json, else a special `<|endoftext|>`), or, without tokenizer.json, any
-        fast `transformers` tokenizer via `AutoTokenizer.from_pretrained(local_files_only=True)`.
+        special_tokens_map.json, else a special `<|endoftext|>`), or, without tokenizer.json, a tiktoken
+        tokenizer (`tiktoken.model`, rebuilt by `attnres.data.tiktoken_files`) or any fast
+        `transformers` tokenizer via `AutoTokenizer.from_pretrained(local_files_only=True)`.
         """
         directory = Path(directory).expanduser()
         if not directory.is_dir():
@@ -128,14 +130,21 @@ class Tokenizer:
             except Exception as exc:  # noqa: BLE001 - the Rust side raises plain Exception
                 raise DataError(f"tokenizer: cannot read {directory / TOKENIZER_FILE}: {exc}") from exc
             return cls(backend, _eos_from_files(directory, backend), source=directory)
+        if needs_building(directory):  # Kimi's tiktoken.model: rebuilt, its remote code never run
+            backend = build_fast_tokenizer(directory)
+            return cls(backend, _eos_from_files(directory, backend), source=directory)
         return _load_transformers(directory)
 
 
 def copy_tokenizer_files(source: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[str]:
-    """Copy the `TOKENIZER_FILES` that `source` holds into `directory`, each atomically; returns their names."""
-    copied = []
+    """Copy the `TOKENIZER_FILES` that `source` holds into `directory`, each atomically; returns their names.
+
+    A tiktoken tokenizer (Kimi's `tiktoken.model`, no tokenizer.json) is rebuilt as tokenizer.json and
+    tokenizer_config.json instead of copied (`attnres.data.tiktoken_files`; its code is never run)."""
+    built = write_fast_tokenizer(source, directory) if needs_building(source) else []
+    copied = list(built)
     for name in TOKENIZER_FILES:
-        if (Path(source) / name).is_file():
+        if name not in built and (Path(source) / name).is_file():
             with open(Path(source) / name, "rb") as src, atomic_file(Path(directory) / name, "wb") as dst:
                 shutil.copyfileobj(src, dst)
             copied.append(name)

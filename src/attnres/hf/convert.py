@@ -253,10 +253,7 @@ def convert_state_dict(hf_state: dict, config: ModelConfig) -> dict[str, torch.T
             state[name] = tensor
     if config.tie_embeddings:
         head, embed = state.pop("lm_head.weight", None), state.get("embed_tokens.weight")
-        if head is not None and embed is not None and not (head.shape == embed.shape and torch.equal(head, embed)):
-            raise ConversionError("tie_word_embeddings is true but the checkpoint's lm_head.weight differs from "
-                                  "model.embed_tokens.weight; set tie_word_embeddings false in config.json "
-                                  "to keep both")
+        check_tied_head(head, embed)
         if embed is not None:
             state["lm_head.weight"] = embed
     problems = []
@@ -272,6 +269,14 @@ def convert_state_dict(hf_state: dict, config: ModelConfig) -> dict[str, torch.T
     if problems:
         raise ConversionError("the weights do not match the config: " + "; ".join(problems))
     return {name: state[name] for name in expected}
+
+
+def check_tied_head(head: torch.Tensor | None, embed: torch.Tensor | None) -> None:
+    """ConversionError when a tied checkpoint's lm_head.weight (V, D) is there and differs from its embedding."""
+    if head is not None and embed is not None and not (head.shape == embed.shape and torch.equal(head, embed)):
+        raise ConversionError("tie_word_embeddings is true but the checkpoint's lm_head.weight differs from "
+                              "model.embed_tokens.weight; set tie_word_embeddings false in config.json "
+                              "to keep both")
 
 
 def _expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:

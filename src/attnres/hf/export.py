@@ -14,6 +14,7 @@ from transformers import GenerationConfig
 from attnres.checkpoint.hf_dir import generation_defaults, read_generation_config, special_token_ids
 from attnres.common.atomic import publish
 from attnres.common.deprecation import merge_old_option_keywords
+from attnres.data.tiktoken_files import check_tiktoken_source
 from attnres.data.tokenizer import copy_tokenizer_files
 from attnres.hf.configuration import AttnResConfig
 from attnres.hf.convert import ConversionError, convert_checkpoint, read_source_config
@@ -52,12 +53,20 @@ def save_hf(model: AttnResLM, out_dir: str | Path, tokenizer_dir: str | Path | N
     whole model or nothing; an out_dir that exists and is not empty is refused (nothing is overwritten).
     What a killed conversion into out_dir left beside it (its process gone) is removed first.
     token_ids and generation as in `to_hf_model`."""
+    return build_hf_dir(out_dir, lambda tmp: to_hf_model(model, token_ids, generation).save_pretrained(tmp),
+                        tokenizer_dir)
+
+
+def build_hf_dir(out_dir: str | Path, write_model, tokenizer_dir: str | Path | None = None) -> Path:
+    """`save_hf`'s directory handling with the model written by `write_model(tmp)` (weights, config.json,
+    generation_config.json) and the tokenizer files of tokenizer_dir copied beside it: built in a
+    temporary directory beside out_dir and renamed into place; returns out_dir."""
     out = check_new_dir(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_killed_builds(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp", dir=out.parent))
     try:
-        to_hf_model(model, token_ids, generation).save_pretrained(tmp)
+        write_model(tmp)
         if tokenizer_dir is not None:
             copy_tokenizer_files(tokenizer_dir, tmp)
         if out.exists():
@@ -100,6 +109,7 @@ def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "stan
     residual_options = merge_old_option_keywords("convert_to_hf", residual_options, deprecated,
                                                  error=ConversionError)
     check_new_dir(out_dir)  # now, not after the conversion
+    check_tiktoken_source(source)  # so is a tiktoken tokenizer that cannot be rebuilt
     source_config = read_source_config(source)  # once: a GGUF file's metadata takes seconds to read
     model = convert_checkpoint(source, residual=residual, residual_options=residual_options, dtype=dtype,
                                max_seq_len=max_seq_len, source_config=source_config)

@@ -20,6 +20,7 @@ f_a_proj, f_b_proj, dt_bias and A_log sit on the attention, moved under `forget_
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import torch
 
@@ -126,34 +127,61 @@ _CONV = re.compile(r"(.*\.self_attn\.)([qkv])_conv1d\.weight")
 _EXPERT = re.compile(r"(.*\.mlp\.experts\.)(\d+)\.(w[123])\.weight")
 
 
-def runtime_state(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A Kimi Linear checkpoint's tensors under the names and shapes of transformers' modules (module
-    doc); tensors already in that layout pass unchanged. ConversionError names a convolution or an
+@dataclass(frozen=True)
+class Parts:
+    """How one run-time tensor is made of checkpoint tensors: `names` in order, concatenated along dim 0;
+    with `per_entry` k > 0, each k consecutive ones are concatenated and the results stacked on a new
+    leading dim (experts). Either way the run-time tensor's bytes are the parts' bytes in this order,
+    which lets a streaming conversion write each part where it belongs (attnres.hf.streaming)."""
+
+    names: tuple[str, ...]
+    per_entry: int = 0
+
+    def assemble(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """The run-time tensor of the parts' tensors (in `names` order); a lone part is returned itself."""
+        if not self.per_entry:
+            return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+        k = self.per_entry
+        return torch.stack([torch.cat(tensors[i:i + k]) if k > 1 else tensors[i] for i in range(0, len(tensors), k)])
+
+
+def runtime_layout(names) -> dict[str, Parts]:
+    """{run-time name: its `Parts`} for a Kimi Linear checkpoint's tensor names (module doc); names
+    already in the run-time layout map to themselves. ConversionError names a convolution or an
     expert matrix that is missing from a set."""
-    state: dict[str, torch.Tensor] = {}
-    convs: dict[str, dict[str, torch.Tensor]] = {}
-    experts: dict[str, dict[tuple[int, str], torch.Tensor]] = {}
-    for key, tensor in hf_state.items():
+    layout: dict[str, Parts] = {}
+    convs: dict[str, dict[str, str]] = {}
+    experts: dict[str, dict[tuple[int, str], str]] = {}
+    for key in names:
         name = key.replace(".block_sparse_moe.", ".mlp.")
         if match := _FORGET_GATE.fullmatch(name):
             name = f"{match[1]}forget_gate.{match[2]}"
         if match := _CONV.fullmatch(name):
-            convs.setdefault(match[1], {})[match[2]] = tensor
+            convs.setdefault(match[1], {})[match[2]] = key
         elif match := _EXPERT.fullmatch(name):
-            experts.setdefault(match[1], {})[int(match[2]), match[3]] = tensor
+            experts.setdefault(match[1], {})[int(match[2]), match[3]] = key
         else:
-            state[name] = tensor
+            layout[name] = Parts((key,))
     for prefix, parts in convs.items():
         missing = [f"{prefix}{part}_conv1d.weight" for part in "qkv" if part not in parts]
         if missing:
             raise ConversionError(f"{MODEL_TYPE}: the checkpoint lacks {missing}")
-        state[prefix + "conv1d.weight"] = torch.cat([parts[part] for part in "qkv"])
+        layout[prefix + "conv1d.weight"] = Parts(tuple(parts[part] for part in "qkv"))
     for prefix, parts in experts.items():
         count = 1 + max(index for index, _ in parts)
         missing = [f"{prefix}{e}.{w}.weight" for e in range(count) for w in ("w1", "w2", "w3") if (e, w) not in parts]
         if missing:
             raise ConversionError(f"{MODEL_TYPE}: the checkpoint lacks {missing[:12]}"
                                   + (f" ({len(missing) - 12} more)" if len(missing) > 12 else ""))
-        state[prefix + "gate_up_proj"] = torch.stack([torch.cat((parts[e, "w1"], parts[e, "w3"])) for e in range(count)])
-        state[prefix + "down_proj"] = torch.stack([parts[e, "w2"] for e in range(count)])
-    return state
+        # gate_up_proj (E, 2F, D): expert e's w1 (gate) rows, then its w3 (up) rows; down_proj (E, D, F)
+        layout[prefix + "gate_up_proj"] = Parts(tuple(parts[e, w] for e in range(count) for w in ("w1", "w3")), 2)
+        layout[prefix + "down_proj"] = Parts(tuple(parts[e, "w2"] for e in range(count)), 1)
+    return layout
+
+
+def runtime_state(hf_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A Kimi Linear checkpoint's tensors under the names and shapes of transformers' modules (module
+    doc, `runtime_layout`); tensors already in that layout pass unchanged. ConversionError names a
+    convolution or an expert matrix that is missing from a set."""
+    return {name: parts.assemble([hf_state[key] for key in parts.names])
+            for name, parts in runtime_layout(hf_state).items()}

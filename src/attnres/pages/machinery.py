@@ -1,6 +1,7 @@
 """Figures of the machinery rather than of a variant: the bytes pipeline stages send, with and without
-the cross-stage cache (results/pipeline-bytes), and how often the scaling fit's intervals hold the truth
-in synthetic sweeps (results/fit-coverage)."""
+the cross-stage cache (results/pipeline-bytes), how often the scaling fit's intervals hold the truth
+in synthetic sweeps (results/fit-coverage), and the memory a streamed conversion takes
+(results/streaming-convert)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from attnres.pages.seeds import table
 from attnres.pages.sources import provenance
 
 PIPELINE, COVERAGE = "pipeline-bytes/results.json", "fit-coverage/results.json"
+STREAMING = "streaming-convert/results.json"
 
 
 def _bytes_rows(rows: list[dict], unit: int) -> list[list[str]]:
@@ -50,3 +52,15 @@ def fit_coverage(ctx) -> str:
                      f"{entry['binomial_standard_error']:.1%}"])
     header = ["bootstrap", "sizes x seeds", "sweeps", *QUANTITIES.values(), "standard error of a true 95 %"]
     return "\n\n".join([table(header, rows), provenance(results, ctx.source(COVERAGE), what="Computed")])
+
+
+def streaming_convert(ctx) -> str:
+    """The peak memory of `attnres convert` streaming a sharded safetensors checkpoint, against the
+    largest source shard and against converting it in memory."""
+    results = ctx.results.json(STREAMING)
+    mb = lambda n: f"{n / 10**6:.1f} MB"  # noqa: E731
+    streamed, in_memory = results["streamed"]["increase_bytes"], results["in_memory"]["increase_bytes"]
+    return (f"A Qwen3-shaped fp32 checkpoint of {results['shards']} shards, {mb(results['total_bytes'])} in all, "
+            f"the largest {mb(results['largest_shard_bytes'])}, raised the converting process's peak resident "
+            f"memory by {mb(streamed)} streamed ({mb(streamed - results['largest_shard_bytes'])} over the largest "
+            f"shard) and by {mb(in_memory)} in memory. " + provenance(results, ctx.source(STREAMING)))

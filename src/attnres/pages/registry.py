@@ -47,6 +47,7 @@ BLOCKS = {
     "published": published.published_table,
     "flops-ratios": flops.flops_ratios,
     "pipeline-bytes": machinery.pipeline_bytes,
+    "streaming-convert": machinery.streaming_convert,
     "fit-coverage": machinery.fit_coverage,
     "variant-options": options.variant_options,
     "decode-speed": decoding.decode_speed,

@@ -82,6 +82,8 @@ def code_path_words(code_path: dict | None) -> str:
     impl, resolved = code_path.get("routing_impl"), code_path.get("routing")
     if impl is None:
         return f"{precision}, routing implementation not recorded"
+    if impl == "none":  # a measurement that runs no router (a conversion)
+        return f"{precision}, no routing"
     return f"{precision}, routing {impl}" + (f" ({resolved})" if resolved and resolved != impl else "")
 
 
