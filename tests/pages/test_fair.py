@@ -119,7 +119,7 @@ def test_a_later_study_is_set_beside_the_fair_fight_and_a_changed_ranking_is_sai
     (tmp_path / "results" / "fair-pydocs").mkdir()
     (tmp_path / "results" / fair.FAIR_PYDOCS).write_text(json.dumps(later))
     text = fair.fair_pydocs(ctx)
-    assert "| full_attnres | 0.006 | -0.050 ± " in text and "| -0.080 ± " in text
+    assert "| full_attnres | 0.006 | -0.050 ± " in text and "| -0.080 ± " in text and "| -0.090 to -0.070 | 4 |" in text
     assert ("rank differently in the two: full_attnres < block_attnres (N=8) < delta_block (N=8) on the Python "
             "documentation, against block_attnres (N=8) < full_attnres < delta_block (N=8) in the fair fight.") in text
 
@@ -153,15 +153,15 @@ def test_the_answer_says_whether_a_later_study_ranks_the_variants_differently(ct
     (tmp_path / "results" / fair.FAIR_PYDOCS).write_text(json.dumps(later))
     assert fair.shown_better(later) == ["full_attnres", "block_attnres (N=8)"]
     text = recommendation.recommendation_text(ctx)
-    assert ("On a second corpus (the Python documentation), 4 seeds at the same rates, the variants rank "
-            "differently: Full AttnRes < Block AttnRes < Delta Block against Block AttnRes < Full AttnRes < "
-            "Delta Block here, and Full AttnRes and Block AttnRes are shown better than standard.") in text
+    assert ("**How far it carries.** On a second corpus (the Python documentation), 4 seeds at the fair fight's "
+            "rates, the variants rank differently, best first: Full AttnRes, Block AttnRes, Delta Block; Full AttnRes "
+            "and Block AttnRes are shown better than standard.") in text
     same = study(others([-0.10, -0.12, -0.09, -0.11], [-0.01, +0.02, -0.03, +0.01]))
     same["seeds"] = [0, 1, 2, 3]
     (tmp_path / "results" / "fair-dense-long").mkdir()
     (tmp_path / "results" / fair.FAIR_LONG).write_text(json.dumps(same))
-    assert ("At 4x the training steps, 4 seeds at the same rates, the variants rank as here, and Block AttnRes "
-            "is shown better than standard.") in recommendation.recommendation_text(ctx)
+    assert ("At 4x the training steps, 4 seeds at the fair fight's rates, the variants rank as above; Block "
+            "AttnRes is shown better than standard.") in recommendation.recommendation_text(ctx)
 
 
 def test_the_kimi_linear_study_gets_the_same_tables(ctx_of, tmp_path):
@@ -173,3 +173,25 @@ def test_the_kimi_linear_study_gets_the_same_tables(ctx_of, tmp_path):
     results = fair.fair_kimi_results(ctx)
     assert "| hyper_connections | 0.006 | 4 | +0.122 ± " in results and "fair-kimi-linear/results.json" in results
     assert "| full_attnres |" in fair.fair_kimi_search(ctx)
+
+
+def test_the_answer_says_what_the_kimi_linear_study_found_better_and_worse(ctx_of, tmp_path):
+    ctx = ctx_of(others([-0.10, -0.12, -0.09, -0.11], [-0.05, -0.06, -0.04, -0.05]))
+    assert "Kimi Linear" not in recommendation.recommendation_text(ctx)  # nothing to say before it is run
+    rows = [*others([+0.02, +0.03, +0.01, +0.02], [-0.02, +0.01, -0.03, +0.00]),
+            variant("hyper_connections", "hyper_connections", [+0.12, +0.14, +0.10, +0.13])]
+    rows[0].update(chosen_lr=4.8e-2, edge="high")
+    kimi = study(rows)
+    kimi["settings"]["model"] = {"num_layers": 8, "hidden_size": 64}
+    (tmp_path / "results" / "fair-kimi-linear").mkdir()
+    (tmp_path / "results" / fair.FAIR_KIMI).write_text(json.dumps(kimi))
+    assert fair.verdicts(kimi) == {"best": ["full_attnres"], "better": [],
+                                   "worse": ["block_attnres (N=8)", "delta_block (N=8)", "hyper_connections"],
+                                   "alike": ["full_attnres"]}
+    text = recommendation.recommendation_text(ctx)
+    assert ("On Kimi Linear (MoE with MLA and KDA attention, 8 layers x 64) under the same protocol, 4 seeds at "
+            "each variant's own rate, Full AttnRes has the lowest test loss, not distinguishable from standard "
+            "(-0.010 ± ") in text
+    assert ("; Block AttnRes, Delta Block and hyper-connections are worse than standard; Full AttnRes is not "
+            "distinguishable from it. The search left standard's best rate on its high edge (0.048): it may lie "
+            "higher.") in text

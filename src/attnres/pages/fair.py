@@ -198,14 +198,28 @@ def fair_beside(ctx, path: str, what: str) -> str:
     here = {name: e["diffs"] for name, e in fair_summary(fair_results).items() if e["residual"] != "standard"}
     there = _compare_diffs(later)
     rows = [[name, f"{later['rates'][name]:.3g}", signed_interval(here[name]), signed_interval(diffs),
-             str(len(diffs))] for name, diffs in sorted(there.items(), key=lambda item: mean(item[1]))]
+             seed_range(diffs), str(len(diffs))] for name, diffs in sorted(there.items(), key=lambda item: mean(item[1]))]
     shared, theirs = rankings(fair_results, later)
     same = shared == theirs
     text = (f"Ordered by their mean difference to standard, the variants rank {'alike' if same else 'differently'} "
             f"in the two: {' < '.join(shared)} {what}" + ("." if same else f", against "
             f"{' < '.join(theirs)} in the fair fight."))
-    header = ["variant", "its lr", "Δ, the fair fight (95 % CI)", f"Δ, {what} (95 % CI)", "seeds"]
+    header = ["variant", "its lr", "Δ, the fair fight (95 % CI)", f"Δ, {what} (95 % CI)", "seeds' range", "seeds"]
     return "\n\n".join([table(header, rows), text + " " + provenance(later, ctx.source(path))])
+
+
+def verdicts(results: dict) -> dict[str, list[str]]:
+    """A protocol study's variants by verdict against standard, each list best first: "best" (one name),
+    "better", "worse" (paired 95 % interval excluding 0) and "alike" (including it)."""
+    summary = fair_summary(results)
+    out = {"best": [], "better": [], "worse": [], "alike": []}
+    for name, entry in sorted(summary.items(), key=lambda item: item[1]["mean"]):
+        if entry["best"]:
+            out["best"].append(name)
+        if entry["residual"] != "standard":
+            out["better" if entry["excludes_zero"] and entry["mean"] < 0 else
+                "worse" if entry["excludes_zero"] else "alike"].append(name)
+    return out
 
 
 def fair_long(ctx) -> str:

@@ -7,7 +7,8 @@ from attnres.pages.ablation import ABLATION, scale_words, step_cell, stability_g
 from attnres.pages.costs import FP32, code_path, ratios, shape_words, x
 from attnres.pages.seeds import (interval, losses_by_seed, paired_difference, seed_range, signed_interval, table,
                                  variants_by_name)
-from attnres.pages.sources import provenance
+from attnres.pages.fair import FAIR_KIMI, fair_summary
+from attnres.pages.sources import ResultMissing, provenance
 from attnres.report.compare_report import signed
 from attnres.report.document import fmt
 
@@ -126,7 +127,17 @@ def kimi_linear_hyper_connections(ctx) -> str:
                 at_ablation = pairs
     worse = sum(d > 0 for d in diffs)
     at = ", ".join(signed(d) for d in at_ablation)
-    return (f"Hyper-connections end above standard in {worse} of the grid's {len(diffs)} runs paired by setting and "
+    text = (f"Hyper-connections end above standard in {worse} of the grid's {len(diffs)} runs paired by setting and "
             f"seed; at the ablation's setting (lr 3e-3, 60 warm-up steps) by {at} nats: the reverse of their dense "
             f"result. They are not in the ablation below; the fair fight on Kimi Linear (preset `fair_kimi_linear`) "
-            f"includes them. Source: the grid above.")
+            f"includes them")
+    try:
+        entry = next(e for e in fair_summary(ctx.results.json(FAIR_KIMI)).values()
+                     if e["residual"] == "hyper_connections")
+    except (ResultMissing, StopIteration):
+        return text + ". Source: the grid above."
+    return (text + f": at their own best rate ({entry['lr']:g}) they end "
+            f"{signed_interval(entry['diffs'])} nats against standard at its own, "
+            f"{'worse' if entry['excludes_zero'] and entry['mean'] > 0 else 'better' if entry['excludes_zero'] else 'not distinguishable'}"
+            f" by a paired 95 % interval over {len(entry['diffs'])} seeds. Source: the grid above and "
+            f"{ctx.source(FAIR_KIMI)}.")

@@ -13,7 +13,7 @@ from attnres.pages import costs, fair, scaling
 from attnres.pages.conversion import CONVERSION, exact_conversion
 from attnres.pages.conversion import verdict as exact_conversion_words
 from attnres.pages.published import PUBLISHED, source
-from attnres.pages.seeds import excludes_zero, table
+from attnres.pages.seeds import excludes_zero, signed_interval, table
 from attnres.pages.sources import ResultMissing, provenance
 from attnres.report.compare_report import signed
 
@@ -184,12 +184,53 @@ def recommendation_text(ctx) -> str:
     not_better = [label(r) for r in rows if r["loss"] and not (r["loss"]["excludes_zero"] and r["loss"]["mean"] < 0)]
     if not_better:
         lines[-1] += f" Not shown better than standard: {_names(not_better)}."
-    lines.append(f"Scale of the evidence: the loss column from {fair.scale_words(fair_results)}, each variant's rate "
+    lines.append(f"Scale of the evidence: the loss column from the dense decoder, {fair.scale_words(fair_results)}, each variant's rate "
                  f"the best of one grid on validation, the loss on a test split that chose nothing; the compute "
                  f"advantage from {scaling.sweep_words(scaling_results := ctx.results.json(scaling.SCALING))} at "
                  f"one learning rate ({scaling_results['settings']['train']['lr']:g} for every variant); costs at "
-                 f"{costs.shape_words(ctx.results.json(costs.FP32))}." + later_studies_words(ctx, fair_results))
+                 f"{costs.shape_words(ctx.results.json(costs.FP32))}.")
+    beyond = kimi_linear_words(ctx) + later_studies_words(ctx, fair_results)
+    if beyond:
+        lines.append("**How far it carries.**" + beyond)
     return "\n\n".join(lines)
+
+
+def _label(name: str) -> str:
+    return LABELS.get(name.split(" ")[0], name)  # "block_attnres (N=8)" -> Block AttnRes
+
+
+def kimi_linear_words(ctx) -> str:
+    """The fair fight on Kimi Linear in two sentences: its best variant, which are better and worse than
+    standard, and the best rates on the searched grid's edge; "" while it is not committed."""
+    try:
+        results = ctx.results.json(fair.FAIR_KIMI)
+    except ResultMissing:
+        return ""
+    summary, verdict = fair.fair_summary(results), fair.verdicts(results)
+    model = results["settings"]["model"]
+    seeds = results["protocol"]["final_seeds"]
+    best = verdict["best"][0]
+    entry = summary[best]
+    if summary[best]["residual"] == "standard":
+        head = "standard has the lowest test loss"
+    else:
+        shown = "better than" if best in verdict["better"] else "not distinguishable from"
+        head = (f"{_label(best)} has the lowest test loss, {shown} standard "
+                f"({signed_interval(entry['diffs'])})")
+    worse = [_label(n) for n in verdict["worse"]]
+    alike = [_label(n) for n in verdict["alike"]]
+    words = (f" On Kimi Linear (MoE with MLA and KDA attention, {model['num_layers']} layers x "
+             f"{model['hidden_size']}) under the same protocol, {seeds} seeds at each variant's own rate, {head}"
+             + (f"; {_names(worse)} {'is' if len(worse) == 1 else 'are'} worse than standard" if worse else "")
+             + (f"; {_names(alike)} {'is' if len(alike) == 1 else 'are'} not distinguishable from it" if alike else "")
+             + ".")
+    edge = [n for n, e in summary.items() if e["edge"] == "high"]
+    if edge:
+        names = _names(["standard's" if summary[n]["residual"] == "standard" else f"{_label(n)}'s" for n in edge])
+        rates = sorted({summary[n]["lr"] for n in edge})
+        words += (f" The search left {names} best rate{'s' if len(edge) > 1 else ''} on its high edge "
+                  f"({', '.join(f'{r:g}' for r in rates)}): {'they' if len(edge) > 1 else 'it'} may lie higher.")
+    return words
 
 
 # the later studies at the fair fight's rates, and how the answer names each
@@ -206,13 +247,12 @@ def later_studies_words(ctx, fair_results: dict) -> str:
             later = ctx.results.json(path)
         except ResultMissing:
             continue
-        label = lambda name: LABELS.get(name.split(" ")[0], name)  # noqa: E731  ("block_attnres (N=8)")
-        order, ours = ([label(name) for name in names] for names in fair.rankings(fair_results, later))
-        better = [label(name) for name in fair.shown_better(later)]
+        order, ours = ([_label(name) for name in names] for names in fair.rankings(fair_results, later))
+        better = [_label(name) for name in fair.shown_better(later)]
         seeds = len(later["seeds"])
-        words.append(f" {what}, {seeds} seeds at the same rates, the variants rank "
-                     + ("as here" if order == ours else f"differently: {' < '.join(order)} against {' < '.join(ours)} here")
-                     + f", and {_names(better) + (' is' if len(better) == 1 else ' are') if better else 'none is'} "
+        words.append(f" {what}, {seeds} seeds at the fair fight's rates, the variants rank "
+                     + ("as above" if order == ours else f"differently, best first: {', '.join(order)}")
+                     + f"; {_names(better) + (' is' if len(better) == 1 else ' are') if better else 'none is'} "
                        f"shown better than standard.")
     return "".join(words)
 
