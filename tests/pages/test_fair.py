@@ -153,14 +153,14 @@ def test_the_answer_says_whether_a_later_study_ranks_the_variants_differently(ct
     (tmp_path / "results" / fair.FAIR_PYDOCS).write_text(json.dumps(later))
     assert fair.shown_better(later) == ["full_attnres", "block_attnres (N=8)"]
     text = recommendation.recommendation_text(ctx)
-    assert ("**How far it carries.** On a second corpus (the Python documentation), 4 seeds at the fair fight's "
+    assert ("**On a second corpus** (the Python documentation), 4 seeds at the fair fight's "
             "rates, the variants rank differently, best first: Full AttnRes, Block AttnRes, Delta Block; Full AttnRes "
             "and Block AttnRes are shown better than standard.") in text
     same = study(others([-0.10, -0.12, -0.09, -0.11], [-0.01, +0.02, -0.03, +0.01]))
     same["seeds"] = [0, 1, 2, 3]
     (tmp_path / "results" / "fair-dense-long").mkdir()
     (tmp_path / "results" / fair.FAIR_LONG).write_text(json.dumps(same))
-    assert ("At 4x the training steps, 4 seeds at the fair fight's rates, the variants rank as above; Block "
+    assert ("**At 4x the training steps**, 4 seeds at the fair fight's rates, the variants rank as above; Block "
             "AttnRes is shown better than standard.") in recommendation.recommendation_text(ctx)
 
 
@@ -189,9 +189,8 @@ def test_the_answer_says_what_the_kimi_linear_study_found_better_and_worse(ctx_o
                                    "worse": ["block_attnres (N=8)", "delta_block (N=8)", "hyper_connections"],
                                    "alike": ["full_attnres"]}
     text = recommendation.recommendation_text(ctx)
-    assert ("On Kimi Linear (MoE with MLA and KDA attention, 8 layers x 64) under the same protocol, 4 seeds at "
+    assert ("**On Kimi Linear** (MoE with MLA and KDA attention, 8 layers x 64) under the same protocol, 4 seeds at "
             "each variant's own rate, Full AttnRes has the lowest test loss, not distinguishable from standard "
             "(-0.010 ± ") in text
-    assert ("; Block AttnRes, Delta Block and hyper-connections are worse than standard; Full AttnRes is not "
-            "distinguishable from it. The search left standard's best rate on its high edge (0.048): it may lie "
-            "higher.") in text
+    assert ("; Block AttnRes, Delta Block and hyper-connections are worse than standard. The search left "
+            "standard's best rate on its high edge (0.048): it may lie higher.") in text

@@ -191,7 +191,7 @@ def recommendation_text(ctx) -> str:
                  f"{costs.shape_words(ctx.results.json(costs.FP32))}.")
     beyond = kimi_linear_words(ctx) + later_studies_words(ctx, fair_results)
     if beyond:
-        lines.append("**How far it carries.**" + beyond)
+        lines.append(beyond.strip())
     return "\n\n".join(lines)
 
 
@@ -218,8 +218,8 @@ def kimi_linear_words(ctx) -> str:
         head = (f"{_label(best)} has the lowest test loss, {shown} standard "
                 f"({signed_interval(entry['diffs'])})")
     worse = [_label(n) for n in verdict["worse"]]
-    alike = [_label(n) for n in verdict["alike"]]
-    words = (f" On Kimi Linear (MoE with MLA and KDA attention, {model['num_layers']} layers x "
+    alike = [_label(n) for n in verdict["alike"] if n != best]
+    words = (f" **On Kimi Linear** (MoE with MLA and KDA attention, {model['num_layers']} layers x "
              f"{model['hidden_size']}) under the same protocol, {seeds} seeds at each variant's own rate, {head}"
              + (f"; {_names(worse)} {'is' if len(worse) == 1 else 'are'} worse than standard" if worse else "")
              + (f"; {_names(alike)} {'is' if len(alike) == 1 else 'are'} not distinguishable from it" if alike else "")
@@ -234,8 +234,8 @@ def kimi_linear_words(ctx) -> str:
 
 
 # the later studies at the fair fight's rates, and how the answer names each
-LATER_STUDIES = ((fair.FAIR_PYDOCS, "On a second corpus (the Python documentation)"),
-                 (fair.FAIR_LONG, "At 4x the training steps"))
+LATER_STUDIES = ((fair.FAIR_PYDOCS, "**On a second corpus** (the Python documentation)"),
+                 (fair.FAIR_LONG, "**At 4x the training steps**"))
 
 
 def later_studies_words(ctx, fair_results: dict) -> str:
