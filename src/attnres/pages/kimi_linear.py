@@ -7,7 +7,7 @@ from attnres.pages.ablation import ABLATION, scale_words, step_cell, stability_g
 from attnres.pages.costs import FP32, code_path, ratios, shape_words, x
 from attnres.pages.seeds import (interval, losses_by_seed, paired_difference, seed_range, signed_interval, table,
                                  variants_by_name)
-from attnres.pages.fair import FAIR_KIMI, fair_summary
+from attnres.pages.fair import FAIR_KIMI, fair_summary, verdicts
 from attnres.pages.sources import ResultMissing, provenance
 from attnres.report.compare_report import signed
 from attnres.report.document import fmt
@@ -132,12 +132,13 @@ def kimi_linear_hyper_connections(ctx) -> str:
             f"result. They are not in the ablation below; the fair fight on Kimi Linear (preset `fair_kimi_linear`) "
             f"includes them")
     try:
-        entry = next(e for e in fair_summary(ctx.results.json(FAIR_KIMI)).values()
-                     if e["residual"] == "hyper_connections")
+        results = ctx.results.json(FAIR_KIMI)
+        name, entry = next((n, e) for n, e in fair_summary(results).items() if e["residual"] == "hyper_connections")
     except (ResultMissing, StopIteration):
         return text + ". Source: the grid above."
+    verdict = next(kind for kind, names in verdicts(results).items() if kind != "best" and name in names)
     return (text + f": at their own best rate ({entry['lr']:g}) they end "
             f"{signed_interval(entry['diffs'])} nats against standard at its own, "
-            f"{'worse' if entry['excludes_zero'] and entry['mean'] > 0 else 'better' if entry['excludes_zero'] else 'not distinguishable'}"
+            f"{'not distinguishable' if verdict == 'alike' else verdict}"
             f" by a paired 95 % interval over {len(entry['diffs'])} seeds. Source: the grid above and "
             f"{ctx.source(FAIR_KIMI)}.")

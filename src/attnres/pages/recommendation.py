@@ -211,7 +211,7 @@ def kimi_linear_words(ctx) -> str:
     seeds = results["protocol"]["final_seeds"]
     best = verdict["best"][0]
     entry = summary[best]
-    if summary[best]["residual"] == "standard":
+    if entry["residual"] == "standard":
         head = "standard has the lowest test loss"
     else:
         shown = "better than" if best in verdict["better"] else "not distinguishable from"
