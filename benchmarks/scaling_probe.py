@@ -15,9 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
-from attnres.pages.scaling import paired_rows, seed_spread_by_size
+# Run as a file from anywhere: the page helpers it shares are the repository's tools/, not the library's.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tools.pages.scaling import paired_rows, seed_spread_by_size
 
 
 def probe_markdown(sweep: dict, probe: dict, sweep_dir: str, probe_dir: str) -> str:

@@ -3,7 +3,7 @@
 Usage: python benchmarks/study_figure.py results/study
 Writes OUT/figures/num_blocks.png: the validation-loss difference to standard, paired by seed, against the
 number of blocks for Block AttnRes and Delta Block, with 95 % intervals. The study's tables are generated
-into the page itself (`python -m attnres.pages`).
+into the page itself (`python -m tools.pages`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ import json
 import sys
 from pathlib import Path
 
+# Run as a file from anywhere: the page helpers it shares are the repository's tools/, not the library's.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from attnres.analysis.intervals import ci95_halfwidth, mean
-from attnres.pages.seeds import paired_difference, variants_by_name
+from tools.pages.seeds import paired_difference, variants_by_name
 
 
 def plot_num_blocks(variants: dict[str, dict], path: Path) -> None:

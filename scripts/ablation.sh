@@ -4,7 +4,7 @@
 # report (paired differences with 95 % intervals, the interleaved cost column, training stability), and
 # `attnres analyze --causal` of seed 0 of the routed variants and the stream variants (the
 # causal-routing summary). Finished runs are reused, so an interrupted study continues where it stopped.
-# `python -m attnres.pages` then writes the page's tables from OUT (results/ablation by default).
+# `python -m tools.pages` then writes the page's tables from OUT (results/ablation by default).
 # Usage: scripts/ablation.sh [OUT (default results/ablation)] [SHARDS (default 2)] [--set ... passed on]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -2,7 +2,7 @@
 # The fair fight's seeds 0 and 1 again on another floating-point path (docs/explanation/fair-fight.md):
 # configs/compare/fair_dense_kernels.yaml under ATEN_CPU_CAPABILITY=avx2 on a CPU whose own kernels are
 # AVX-512, else under ATEN_CPU_CAPABILITY=default (the scalar kernels), in two one-thread shards.
-# `python -m attnres.pages` then sets each paired difference beside the same seed's in results/fair-dense.
+# `python -m tools.pages` then sets each paired difference beside the same seed's in results/fair-dense.
 # Usage: scripts/fair_kernels.sh [OUT (default results/fair-dense-kernels)] [SHARDS (default 2)]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

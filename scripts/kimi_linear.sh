@@ -2,7 +2,7 @@
 # The paper's own setting at CPU scale (configs/compare/kimi_linear.yaml, docs/explanation/ablation.md):
 # first the stability check on the Kimi Linear model (scripts/stability.sh with its preset), then
 # `attnres compare --preset kimi_linear` as SHARDS one-thread processes and its report. Finished runs
-# are reused. `python -m attnres.pages` then writes the page's tables from the two folders.
+# are reused. `python -m tools.pages` then writes the page's tables from the two folders.
 # Usage: scripts/kimi_linear.sh [OUT (default results/kimi-linear)] [SHARDS (default 2)] [--set ... passed on]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The stability check before the ablation study (docs/explanation/ablation.md): `attnres compare
 # --preset stability` (standard and hyper-connections, 2 seeds) over a learning-rate x warm-up grid,
-# each setting as SHARDS one-thread processes; `python -m attnres.pages` then tabulates the final
+# each setting as SHARDS one-thread processes; `python -m tools.pages` then tabulates the final
 # validation losses and the divergence events of every run. Finished runs are reused.
 # Usage: scripts/stability.sh [OUT (default results/stability)] [SHARDS (default 2)] [--set ... passed on]
 # PRESET=NAME checks another model (default: stability, the dense ablation's; kimi_linear_stability).

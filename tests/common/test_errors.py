@@ -12,12 +12,12 @@ from attnres.data import DataError
 from attnres.distributed.pipeline_layout import PipelineConfigError
 from attnres.hf.errors import ConversionError
 from attnres.model import ConfigError
-from attnres.pages.markers import MarkerError
-from attnres.pages.render import PageError
 from attnres.scaling.fit import FitError
 from attnres.scaling.preset import ScalingPresetError
 from attnres.train import RunConfigError, TrainingError
 from attnres.train.config import TrainConfigError
+from tools.pages.markers import MarkerError
+from tools.pages.render import PageError
 
 INPUT_ERRORS = [ConfigError, ConversionError, RunConfigError, TrainConfigError, DataError, PipelineConfigError,
                 FitError, ScalingPresetError, PageError, MarkerError]

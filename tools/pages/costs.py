@@ -1,0 +1,88 @@
+"""What each variant costs, from `attnres bench` (results/bench-*/bench.json): training step, memory,
+prefill and decoding against standard in the same run, and the routing implementations side by side."""
+
+from __future__ import annotations
+
+from tools.pages.seeds import table
+from tools.pages.sources import provenance
+from attnres.report.document import fmt
+
+FP32, BF16 = "bench-fp32/bench.json", "bench-bf16/bench.json"
+IMPLS = {"reference": "bench-fp32-reference/bench.json", "lean": "bench-fp32-lean/bench.json", "auto": FP32}
+DEPTH = "bench-fp32-depth/bench.json"
+
+
+def code_path(bench: dict) -> dict:
+    """A bench run's precision and routing implementation (as asked, and as resolved on its machine)."""
+    config = bench["config"]
+    return {"precision": config["precision"], "routing_impl": config["routing_impl"],
+            "routing": bench.get("resolved_routing_impl")}
+
+
+def ratios(bench: dict) -> dict[str, dict]:
+    """Variant -> its figures divided by standard's from the same run (bench.json's `ratios`)."""
+    return {name: entry.get("ratios") or {} for name, entry in bench["models"]["variants"].items()}
+
+
+def shape_words(bench: dict) -> str:
+    m = bench["models"]
+    return (f"{m['num_layers']} layers x {m['hidden_size']} wide, batch {m['batch_size']} x {m['seq_len']}, "
+            f"{bench['config']['repeats']} interleaved rounds")
+
+
+def x(value) -> str:
+    return fmt(value, ".2f", "x")
+
+
+def bench_costs(ctx) -> str:
+    """Every variant's cost as multiples of standard's: fp32 and bf16 training step and memory, prefill,
+    eager and compiled decoding."""
+    fp32, bf16 = ctx.results.json(FP32), ctx.results.json(BF16)
+    r32, r16 = ratios(fp32), ratios(bf16)
+    rows = []
+    for name, r in r32.items():
+        b = r16.get(name, {})
+        rows.append([name, x(r.get("train_step")), x(b.get("train_step")), x(r.get("peak_memory")),
+                     x(b.get("peak_memory")), x(r.get("activation_memory")), x(r.get("prefill")),
+                     x(r.get("decode_per_token")), x(r.get("decode_compiled_per_token"))])
+    base32, base16 = fp32["models"]["variants"]["standard"], bf16["models"]["variants"]["standard"]
+    header = ["variant", "train step, fp32", "train step, bf16", "peak memory, fp32", "peak memory, bf16",
+              "activations, fp32", "prefill, fp32", "decode per token, eager", "decode per token, compiled"]
+    lines = [table(header, rows),
+             f"*Multiples of `standard` in the same run ({shape_words(fp32)}); standard's training step took "
+             f"{base32['train_step_s']['median_s'] * 1e3:.0f} ms in fp32 and {base16['train_step_s']['median_s'] * 1e3:.0f} ms "
+             f"in bf16. Decoding is fp32.*",
+             provenance(fp32, ctx.source(FP32), code_path=code_path(fp32)),
+             provenance(bf16, ctx.source(BF16), code_path=code_path(bf16))]
+    return "\n\n".join(lines)
+
+
+def routing_impls(ctx) -> str:
+    """The routed variants' training step and memory under each routing implementation."""
+    runs = {impl: ctx.results.json(path) for impl, path in IMPLS.items()}
+    rows = []
+    for name in (n for n in ratios(runs["reference"]) if n != "standard"):
+        cells = []
+        for impl, bench in runs.items():
+            r = ratios(bench).get(name, {})
+            cells += [x(r.get("train_step")), x(r.get("activation_memory"))]
+        rows.append([name, *cells])
+    header = ["variant"] + [f"{what}, {impl if impl != 'auto' else 'auto (' + str(runs[impl].get('resolved_routing_impl')) + ')'}"
+                            for impl in runs for what in ("train step", "activations")]
+    lines = [table(header, rows), f"*Multiples of `standard` in the same run ({shape_words(runs['lean'])}), fp32.*"]
+    lines += [provenance(bench, ctx.source(IMPLS[impl]), code_path=code_path(bench)) for impl, bench in runs.items()]
+    return "\n\n".join(lines)
+
+
+def depth_sweep(ctx) -> str:
+    """Training step and activations against standard at each depth of the depth sweep."""
+    bench = ctx.results.json(DEPTH)
+    sweep = bench["depth_sweep"]
+    names = [n for n in sweep[0]["variants"] if n != "standard"]
+    rows = [[name] + [f"{x(e['variants'][name]['ratios']['train_step'])} / "
+                      f"{x(e['variants'][name]['ratios']['activation_memory'])}" for e in sweep] for name in names]
+    header = ["variant"] + [f"{e['num_layers']} layers: step / activations" for e in sweep]
+    config = bench["config"]
+    return "\n\n".join([table(header, rows),
+                        f"*{config['sweep_hidden']} wide, sequences of {config['sweep_seq_len']}, multiples of standard "
+                        f"at the same depth.*", provenance(bench, ctx.source(DEPTH), code_path=code_path(bench))])
