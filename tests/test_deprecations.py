@@ -160,3 +160,13 @@ def test_conversion_keywords_of_0_1_0_warn_and_convert_the_same(function, qwen3_
         call(bogus=1)
     with pytest.warns(DeprecationWarning), pytest.raises(InputError, match=r"num_blocks=2 contradicts"):
         call(num_blocks=2, residual_options={"num_blocks": 1})
+
+
+def test_trainer_routers_is_the_expert_routers_under_a_deprecated_name():
+    from attnres.train import Trainer
+
+    trainer = object.__new__(Trainer)  # the attribute alone; a set-up needs data and a model
+    trainer.expert_routers = ["gate of layer 1"]
+    with pytest.warns(DeprecationWarning, match=r"Trainer\.routers is deprecated since attnres 0\.3\.0 and will "
+                                                r"be removed in 0\.4\.0; use Trainer\.expert_routers"):
+        assert trainer.routers is trainer.expert_routers

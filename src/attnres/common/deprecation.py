@@ -14,16 +14,22 @@ DEPRECATED_IN = "0.2.0"
 REMOVED_IN = "0.3.0"
 
 
-def deprecation_message(old: str, new: str) -> str:
+def removed_in(since: str) -> str:
+    """The release that removes a spelling deprecated in `since`: the next minor ("0.2.0" -> "0.3.0")."""
+    major, minor, *_ = since.split(".")
+    return f"{major}.{int(minor) + 1}.0"
+
+
+def deprecation_message(old: str, new: str, since: str = DEPRECATED_IN) -> str:
     """One line: `old` is deprecated, which release removes it, and `new`, the spelling to use."""
-    return f"{old} is deprecated since attnres {DEPRECATED_IN} and will be removed in {REMOVED_IN}; use {new}"
+    return f"{old} is deprecated since attnres {since} and will be removed in {removed_in(since)}; use {new}"
 
 
-def warn_deprecated(old: str, new: str, *, stacklevel: int = 3) -> None:
-    """A DeprecationWarning with `deprecation_message(old, new)`, attributed to the caller's caller
-    (stacklevel 3: the user's line that called the deprecated function), so Python's default filters
-    show it when that line is in the user's own script."""
-    warnings.warn(deprecation_message(old, new), DeprecationWarning, stacklevel=stacklevel)
+def warn_deprecated(old: str, new: str, *, since: str = DEPRECATED_IN, stacklevel: int = 3) -> None:
+    """A DeprecationWarning with `deprecation_message(old, new, since)`, attributed to the caller's
+    caller (stacklevel 3: the user's line that called the deprecated function), so Python's default
+    filters show it when that line is in the user's own script."""
+    warnings.warn(deprecation_message(old, new, since), DeprecationWarning, stacklevel=stacklevel)
 
 
 # the conversion functions' variant keywords of 0.1.0, now options under residual_options

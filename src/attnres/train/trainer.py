@@ -27,6 +27,7 @@ from attnres.analysis import load_imbalance
 from attnres.checkpoint import Checkpoint, CheckpointError, checkpoint_dirs
 from attnres.checkpoint.hf_dir import hf_directory_files, read_generation_config
 from attnres.common.atomic import write_atomic
+from attnres.common.deprecation import warn_deprecated
 from attnres.data import DataConfig, PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
 from attnres.distributed.env import Silent, all_reduce_mean, all_reduce_tensor_sum, current_env, is_main, main_first
@@ -103,8 +104,8 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(self.run.to_dict(), sort_keys=False))
             self.data.tokenizer.save(self.run_dir / "tokenizer")
-        self.routers = expert_routers(self.model)
-        take_step_loads(self.routers)  # forget anything counted before training (e.g. a warm-up forward)
+        self.expert_routers = expert_routers(self.model)  # the MoE layers' expert routers, not depth mixers
+        take_step_loads(self.expert_routers)  # forget anything counted before training (e.g. a warm-up forward)
         self.optimizer = build_optimizer(self.model, self.cfg, only=self.parallel.trained_parameter_names())
         self.scheduler = build_scheduler(self.optimizer, self.cfg)
         self.loader = TokenBatches(self.data.train_tokens, self.cfg.seq_len, self.cfg.batch_size, self.cfg.seed)
@@ -224,14 +225,20 @@ class Trainer:
             record["event"] = events
         return record
 
+    @property
+    def routers(self) -> list:
+        """Deprecated name of `expert_routers` (a "router" is a depth mixer elsewhere in attnres)."""
+        warn_deprecated("Trainer.routers", "Trainer.expert_routers", since="0.3.0")
+        return self.expert_routers
+
     def _balance_experts(self) -> dict:
         """After an update: the step's expert loads summed over ranks (every rank takes part, whatever
         its pipeline stage), the score biases moved towards balance (attnres.model.moe_balance), and
         the step's imbalance per MoE layer and its largest, for the metrics; {} without experts."""
-        if not self.routers:
+        if not self.expert_routers:
             return {}
-        loads = all_reduce_tensor_sum(take_step_loads(self.routers))
-        update_score_bias(self.routers, loads, self.cfg.expert_balance_rate)
+        loads = all_reduce_tensor_sum(take_step_loads(self.expert_routers))
+        update_score_bias(self.expert_routers, loads, self.cfg.expert_balance_rate)
         imbalance = [load_imbalance(layer) for layer in loads.tolist()]
         return {"moe/imbalance": imbalance, "moe/imbalance_max": max(imbalance)}
 
