@@ -6,7 +6,7 @@
     .venv/bin/python benchmarks/chunked_routing_cost.py --layers 48 --hidden 64 --seq-len 128
     .venv/bin/python benchmarks/chunked_routing_cost.py --routing-impl lean   # phase 1 on the lean ops
 
-The models and the timed step are `attnres.train.cost.VariantRunner`'s, the runner `attnres bench`
+The models and the timed step are `attnres.train.step_cost.VariantRunner`'s, the runner `attnres bench`
 and `attnres compare` use; fp32, batch 1, vocabulary 4096, block variants with 8 blocks (or the nearest valid count).
 """
 
@@ -21,7 +21,7 @@ from attnres.common.machine import machine_info
 from attnres.residual import nearest_num_blocks
 from attnres.common.timing import Task, run_interleaved
 from attnres.model import ModelConfig
-from attnres.train.cost import VariantRunner
+from attnres.train.step_cost import VariantRunner
 
 
 def cases(num_layers: int) -> dict[str, tuple[dict, int | None]]:

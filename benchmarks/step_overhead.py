@@ -20,7 +20,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from attnres.model import ModelConfig
 from attnres.residual import VARIANTS, nearest_num_blocks
-from attnres.train.cost import VariantRunner
+from attnres.train.step_cost import VariantRunner
 
 
 def main() -> None:

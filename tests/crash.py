@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-PRELOAD = ["attnres.cli", "attnres.compare.run", "attnres.report.compare_report", "attnres.scaling.sweep",
+PRELOAD = ["attnres.cli", "attnres.compare.run_comparison", "attnres.report.compare_report", "attnres.scaling.sweep",
            "attnres.scaling.summary", "attnres.report.scaling_report", "attnres.bench", "attnres.hf.export",
            "attnres.hf.modeling", "tests.crash"]  # tests.crash: where each child's `_child` comes from
 APPEND_LOGS = ("metrics.jsonl",)  # appended a line at a time; a resumed run rewrites it (atomically) first

@@ -170,3 +170,31 @@ def test_trainer_routers_is_the_expert_routers_under_a_deprecated_name():
     with pytest.warns(DeprecationWarning, match=r"Trainer\.routers is deprecated since attnres 0\.3\.0 and will "
                                                 r"be removed in 0\.4\.0; use Trainer\.expert_routers"):
         assert trainer.routers is trainer.expert_routers
+
+
+# (module of 0.2.0, its name today, a name it exports): modules renamed so that no two files the
+# reader opens share a name (issue 41)
+MOVED_MODULES = [
+    ("attnres.bench.config", "attnres.bench.bench_config", "BenchConfig"),
+    ("attnres.bench.run", "attnres.bench.run_bench", "run_bench"),
+    ("attnres.compare.run", "attnres.compare.run_comparison", "run_compare"),
+    ("attnres.compare.cost", "attnres.compare.cost_measurement", "measure_costs"),
+    ("attnres.train.cost", "attnres.train.step_cost", "VariantRunner"),
+    ("attnres.train.init", "attnres.train.starting_model", "build_model"),
+    ("attnres.data.errors", "attnres.data.data_error", "DataError"),
+    ("attnres.data.config", "attnres.data.data_config", "DataConfig"),
+    ("attnres.train.config", "attnres.train.train_config", "TrainConfig"),
+    ("attnres.residual.streams", "attnres.residual.stream_scheme", "StreamScheme"),
+    ("attnres.routing.streams", "attnres.routing.stream_mixer", "StreamMixer"),
+]
+
+
+@pytest.mark.parametrize("old, new, name", MOVED_MODULES, ids=[old for old, _, _ in MOVED_MODULES])
+def test_a_moved_module_still_imports_with_a_warning_naming_its_new_name(old, new, name):
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=rf"the module {old} is deprecated since attnres 0\.3\.0 .*; "
+                                                rf"use {new}$"):
+        value = getattr(module, name)
+    assert value is getattr(importlib.import_module(new), name)
+    with pytest.raises(AttributeError):
+        module.__wrapped_by_nothing__  # noqa: B018  (dunders: no warning, no import)

@@ -68,7 +68,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def _compare(args: argparse.Namespace) -> int:
     from attnres.compare.presets import load_preset
-    from attnres.compare.run import run_compare
+    from attnres.compare.run_comparison import run_compare
     from attnres.compare.tune import run_protocol
 
     preset = load_preset(args.preset, args.set)
@@ -280,7 +280,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _bench(args: argparse.Namespace) -> int:
     from attnres.bench import format_markdown, resolve_config, run_bench
-    from attnres.bench.config import SETTING_NAMES
+    from attnres.bench.bench_config import SETTING_NAMES
 
     config = resolve_config(args.preset, args.quick, args.set,
                             **{name: getattr(args, name) for name in SETTING_NAMES})
@@ -502,7 +502,7 @@ def _generate_parser(sub) -> None:
 
 
 def _bench_parser(sub) -> None:
-    from attnres.bench.config import DEFAULT_PRESET, flag_arguments
+    from attnres.bench.bench_config import DEFAULT_PRESET, flag_arguments
 
     bench = sub.add_parser("bench", help="time and memory of each variant against standard, a depth sweep and "
                                          "a router micro-benchmark; writes bench.md and bench.json",

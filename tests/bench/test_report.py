@@ -6,8 +6,8 @@ import shlex
 
 import pytest
 
-import attnres.train.cost
-from attnres.bench.config import BASELINE, compared_variants
+import attnres.train.step_cost
+from attnres.bench.bench_config import BASELINE, compared_variants
 from attnres.bench.report import format_markdown
 from attnres.cli import main
 
@@ -72,8 +72,8 @@ def test_variants_subset_and_no_sweep(tmp_path):
 @pytest.mark.compile
 def test_compiled_decode_is_timed_beside_eager_decode(tmp_path, monkeypatch):
     # aot_eager traces the same fullgraph step as inductor, without its minutes of code generation.
-    monkeypatch.setattr(attnres.train.cost, "FastGenerator",
-                        functools.partial(attnres.train.cost.FastGenerator, backend="aot_eager"))
+    monkeypatch.setattr(attnres.train.step_cost, "FastGenerator",
+                        functools.partial(attnres.train.step_cost.FastGenerator, backend="aot_eager"))
     out = tmp_path / "bench"
     assert main(["bench", "--quick", "--hidden", "16", "--layers", "1", "--seq-len", "4", "--vocab-size", "32",
                  "--decode-tokens", "3", "--depths", "none", "--router-batch", "1", "--warmup", "0",

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attnres.bench.config import resolve_config
+from attnres.bench.bench_config import resolve_config
 from attnres.bench.router_bench import copy_bytes, default_route_fn, router_bytes, run_router_bench
 from attnres.routing import route_reference
 

@@ -15,7 +15,7 @@ from attnres.model import ConfigError
 from attnres.scaling.fit import FitError
 from attnres.scaling.preset import ScalingPresetError
 from attnres.train import RunConfigError, TrainingError
-from attnres.train.config import TrainConfigError
+from attnres.train.train_config import TrainConfigError
 from tools.pages.markers import MarkerError
 from tools.pages.render import PageError
 

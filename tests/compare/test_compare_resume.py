@@ -5,9 +5,9 @@ import json
 import pytest
 import yaml
 
-import attnres.compare.run as compare_run
+import attnres.compare.run_comparison as compare_run
 from attnres.compare.presets import load_preset, variant_run
-from attnres.compare.run import RECORD_FILE, run_compare
+from attnres.compare.run_comparison import RECORD_FILE, run_compare
 from attnres.model.config import variant_name
 from attnres.train import RunConfigError
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from attnres.compare.run import RECORD_FILE
+from attnres.compare.run_comparison import RECORD_FILE
 from tests.compare.test_compare_resume import TINY
 from tests.crash import Kill, assert_whole, non_atomic_writes, random_kill, run_cli, shared_cache, snapshot
 

@@ -3,7 +3,7 @@
 import io
 
 from attnres.compare.progress import CompareProgress
-from attnres.compare.run import run_compare
+from attnres.compare.run_comparison import run_compare
 from tests.compare.test_compare_resume import preset  # noqa: F401  (a fixture)
 
 

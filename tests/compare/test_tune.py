@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import yaml
 
-import attnres.compare.run as compare_run
+import attnres.compare.run_comparison as compare_run
 import attnres.train.trainer as trainer
 from attnres.cli import main
 from attnres.compare.presets import load_preset

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attnres.distributed.data_parallel import local_rows
-from attnres.train.config import resolve_parallel
+from attnres.train.train_config import resolve_parallel
 from attnres.distributed.env import DistributedEnv
 from attnres.train import TrainConfig, TrainConfigError
 from tests.distributed.dp_runs import BF16_RTOL, FP32_RTOL, KIMI_RTOL, STEPS, assert_close, losses, shared_runs

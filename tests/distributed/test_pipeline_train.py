@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnres.train.config import resolve_parallel
+from attnres.train.train_config import resolve_parallel
 from attnres.distributed.env import DistributedEnv
 from attnres.train import RunConfig, TrainConfig, TrainConfigError, load_run_config, read_checkpoint, train
 from attnres.checkpoint import DCP_FORMAT, checkpoint_dirs

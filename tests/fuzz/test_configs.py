@@ -19,7 +19,7 @@ from attnres.model import ModelConfig
 from attnres.model.attention_config import KDAConfig, MLAConfig
 from attnres.model.moe_config import MoEConfig
 from attnres.scaling import preset as scaling_presets
-from attnres.train.config import TrainConfig
+from attnres.train.train_config import TrainConfig
 from attnres.train.run_config import RunConfig, load_run_config
 from tests.fuzz.helpers import (WORDS, alias_bomb, check_reader, garbage_bytes, mutated, unchanged, yaml_keys,
                                 yaml_text, yaml_values)

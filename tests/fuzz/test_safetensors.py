@@ -20,7 +20,7 @@ from attnres.common.errors import InputError
 from attnres.hf.convert import _load_safetensors, read_hf_checkpoint
 from attnres.hf.model_dir import check_model_dir
 from attnres.model import AttnResLM, ModelConfig
-from attnres.train.init import load_initial_weights
+from attnres.train.starting_model import load_initial_weights
 from tests.fuzz.helpers import HUGE, check_reader, json_keys, json_values, mutated, u64, unchanged
 
 ERRORS = (CheckpointError, InputError)

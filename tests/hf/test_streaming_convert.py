@@ -22,7 +22,7 @@ from attnres.hf.convert import ConversionError  # noqa: E402
 from attnres.hf.export import convert_to_hf, to_hf_model  # noqa: E402
 from attnres.hf.streaming import stream_to_hf  # noqa: E402
 from attnres.model import AttnResLM, ModelConfig  # noqa: E402
-from attnres.train.init import load_initial_weights  # noqa: E402
+from attnres.train.starting_model import load_initial_weights  # noqa: E402
 from tests.crash import Kill, assert_whole, run_cli  # noqa: E402
 from tests.hf.test_convert import EXACT_VARIANTS, save_hf_model  # noqa: E402
 from tests.hf.test_kimi_linear import save_kimi  # noqa: E402

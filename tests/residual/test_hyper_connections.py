@@ -14,7 +14,7 @@ from attnres.model.config import variant_name
 from attnres.routing.hyper_connections import HyperConnectionOptions
 from attnres.routing.mhc import ManifoldHyperConnectionOptions
 from attnres.routing.options import VariantOptions
-from attnres.train.config import TrainConfig
+from attnres.train.train_config import TrainConfig
 from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.memory import measure_step_memory
 from tests.helpers import activate_routing, train_losses

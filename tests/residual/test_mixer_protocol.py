@@ -137,7 +137,7 @@ def test_the_rest_of_attnres_reads_the_registered_variant(uniform_variants, tmp_
     from transformers import AutoModelForCausalLM
 
     import attnres.hf  # noqa: F401  (registers the Auto classes)
-    from attnres.bench.config import resolve_config
+    from attnres.bench.bench_config import resolve_config
     from attnres.distributed.pipeline_layout import PipelineConfig, build_layout
     from attnres.hf import AttnResConfig, AttnResForCausalLM
 

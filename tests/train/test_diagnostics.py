@@ -5,7 +5,7 @@ import math
 import pytest
 
 from attnres.train import load_run_config, train
-from attnres.train.config import TrainConfig, TrainConfigError
+from attnres.train.train_config import TrainConfig, TrainConfigError
 from attnres.train.metrics import MetricsLogger, read_metrics
 
 

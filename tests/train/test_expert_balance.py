@@ -9,7 +9,7 @@ from attnres.model.moe_balance import expert_routers
 from attnres.train import load_run_config, train
 from attnres.train.evaluate import load_checkpoint
 from attnres.train.metrics import read_metrics
-from attnres.train.config import TrainConfigError
+from attnres.train.train_config import TrainConfigError
 
 MOE = "model.moe={num_experts: 4, experts_per_token: 2, expert_size: 16, scoring: sigmoid, score_bias: true}"
 

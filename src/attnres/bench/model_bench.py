@@ -2,7 +2,7 @@
 
 All models of one comparison live side by side and are timed interleaved (run_interleaved), so
 every variant sees the same machine conditions as the baseline it is divided by. The model runner
-(`VariantRunner`) lives in `attnres.train.cost`, shared with `attnres compare`'s cost measurement.
+(`VariantRunner`) lives in `attnres.train.step_cost`, shared with `attnres compare`'s cost measurement.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Callable
 
 import torch
 
-from attnres.bench.config import BASELINE, BenchConfig
+from attnres.bench.bench_config import BASELINE, BenchConfig
 from attnres.common.timing import Task, ratio, run_interleaved
 from attnres.model import ModelConfig
 from attnres.model.memory_traffic import GB
-from attnres.train.cost import VariantRunner, device_sync, memory_ratios, release_memory
+from attnres.train.step_cost import VariantRunner, device_sync, memory_ratios, release_memory
 
 
 def model_shape(hidden_size: int, architecture: str = "dense") -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnres.bench.config import BASELINE
+from attnres.bench.bench_config import BASELINE
 from attnres.common.atomic import write_atomic
 
 

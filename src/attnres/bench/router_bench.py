@@ -12,10 +12,10 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from attnres.bench.config import BenchConfig
+from attnres.bench.bench_config import BenchConfig
 from attnres.common.timing import Task, run_interleaved
 from attnres.routing import Router, resolve_impl
-from attnres.train.cost import device_sync
+from attnres.train.step_cost import device_sync
 
 EPS = 1e-6
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-from attnres.bench.config import resolve_config
+from attnres.bench.bench_config import resolve_config
 from attnres.bench.router_bench import compare_router_impls, format_comparison
 
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from attnres.common.checks import check_int
 from attnres.common.config_files import bundled_config_dir, bundled_presets, prefixed_overrides, read_preset
-from attnres.compare.cost import CostSettings
+from attnres.compare.cost_measurement import CostSettings
 from attnres.compare.protocol import Protocol
 from attnres.model.config import variant_name
 from attnres.residual import VARIANTS
 from attnres.residual.legacy import upgrade_model_fields
 from attnres.report.names import slug
-from attnres.train.config import TrainConfig
+from attnres.train.train_config import TrainConfig
 from attnres.train.run_config import RunConfig, RunConfigError, apply_overrides
 
 

@@ -19,7 +19,7 @@ from attnres.common.machine import machine_info
 from attnres.compare.presets import ComparePreset, at_rate, variant_run, variant_slug
 from attnres.compare.progress import CompareProgress
 from attnres.compare.protocol import RateSearch, rate_label, search_rates
-from attnres.compare.run import RECORD_KEYS, finished_record, train_variant
+from attnres.compare.run_comparison import RECORD_KEYS, finished_record, train_variant
 from attnres.data import prepare_data
 from attnres.model import AttnResLM
 from attnres.model.config import variant_name

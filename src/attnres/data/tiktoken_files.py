@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
-from attnres.data.errors import DataError
+from attnres.data.data_error import DataError
 
 TIKTOKEN_FILE = "tiktoken.model"
 _TOKENIZER_FILE = "tokenizer.json"  # the names of data/tokenizer.py, which imports this module

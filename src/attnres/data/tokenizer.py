@@ -13,7 +13,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from attnres.common.atomic import atomic_file, write_atomic
 from attnres.common.checks import check_int
-from attnres.data.errors import DataError
+from attnres.data.data_error import DataError
 from attnres.data.hashing import digest
 from attnres.data.tiktoken_files import build_fast_tokenizer, needs_building, write_fast_tokenizer
 

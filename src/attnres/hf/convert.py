@@ -15,7 +15,6 @@ transformers.
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from attnres.common.deprecation import merge_old_option_keywords
+from attnres.common.json_files import CONFIG_FILE, read_json_object
 from attnres.hf.errors import ConversionError
 from attnres.hf.gguf import read_gguf_config, read_gguf_weights
 from attnres.hf.kimi_linear import MODEL_TYPE as KIMI_LINEAR
@@ -336,16 +336,8 @@ def _checkpoint_directory(path) -> Path:
 
 
 def _read_config(directory: Path) -> dict:
-    config_path = directory / "config.json"
-    if not config_path.is_file():
-        raise ConversionError(f"{str(directory)!r} has no config.json; it is not a Hugging Face checkpoint directory")
-    try:
-        hf_config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConversionError(f"cannot read {config_path}: {error}") from error
-    if not isinstance(hf_config, dict):
-        raise ConversionError(f"{config_path} must hold a JSON object, got {type(hf_config).__name__}")
-    return hf_config
+    return read_json_object(directory / CONFIG_FILE, "checkpoint", error=ConversionError,
+                            hint="a Hugging Face checkpoint directory holds config.json and its weight files")
 
 
 def _read_weights(directory: Path, hf_config: dict) -> dict[str, torch.Tensor]:
@@ -369,11 +361,8 @@ def _read_weights(directory: Path, hf_config: dict) -> dict[str, torch.Tensor]:
 
 
 def _read_sharded(index_path: Path, load) -> dict[str, torch.Tensor]:
-    try:
-        weight_map = json.loads(index_path.read_text(encoding="utf-8"))["weight_map"]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
-        raise ConversionError(f"cannot read the shard index {index_path} (a JSON object with 'weight_map'): "
-                              f"{error!r}") from error
+    weight_map = read_json_object(index_path, "checkpoint", error=ConversionError,
+                                  hint="a shard index is a JSON object with 'weight_map'").get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ConversionError(f"{index_path}: weight_map must map tensor names to shard file names")
     state: dict[str, torch.Tensor] = {}

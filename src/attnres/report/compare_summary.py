@@ -109,7 +109,7 @@ def expert_summary(runs: list[dict]) -> dict:
 
 
 def cost_summary(cost: dict | None, name: str, baseline: str = BASELINE) -> dict:
-    """The cost figures of variant `name` from results["cost"] (`attnres.compare.cost.measure_costs`):
+    """The cost figures of variant `name` from results["cost"] (`attnres.compare.cost_measurement.measure_costs`):
     step_time_s (median seconds of its training step), step_time_ratio (median over rounds of its
     step / standard's step in the same round), step_time_low / step_time_high (the distribution-free
     90 % interval of that median, `attnres.common.timing.median_interval`: with 5 to 7 rounds the

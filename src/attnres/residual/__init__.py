@@ -6,7 +6,7 @@ from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, nea
 from attnres.residual.averaging import AveragingScheme
 from attnres.residual.routed import FastRouting, RoutedScheme
 from attnres.residual.scheme import MODES, ResidualScheme, StandardScheme, StreamState, check_chunk_size
-from attnres.residual.streams import StreamScheme
+from attnres.residual.stream_scheme import StreamScheme
 from attnres.residual.variants import (VARIANTS, BlockCount, BlockOptions, DeltaBlockOptions, Variant, allowed_impls,
                                        build_residual, check_routing, register_variant, resolve_options,
                                        source_policy, unregister_variant, variant_label, variants_with_option)

@@ -89,7 +89,7 @@ class ResidualScheme(nn.Module):
     mode "average": h_s = x_s;  x_{s+1} = x_s + delta_s, and after a layer t that a `StatePolicy` names,
                     the stream becomes A_m(states x_j it reads) (DenseFormer); hidden = the stream
     mode "streams": n streams X (`StreamPolicy`); h_s = R_s(X) reads, X <- R_s.write(X, delta_s);
-                    hidden = R_final(X) (hyper-connections, mHC; `attnres.routing.streams`)
+                    hidden = R_final(X) (hyper-connections, mHC; `attnres.routing.stream_mixer`)
 
     R is a `DepthMixer` (by default the `Router` of method §2), built as mixer(hidden_size, eps,
     **mixer_options) (the variant's options, `VariantOptions.mixer_options`); all parameters of a

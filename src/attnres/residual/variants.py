@@ -21,7 +21,7 @@ from attnres.residual.old_names import RENAMED_OPTIONS, renamed_option_values
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, nearest_num_blocks, valid_num_blocks
 from attnres.residual.routed import RoutedScheme
 from attnres.residual.scheme import MODES, ResidualScheme, StandardScheme
-from attnres.residual.streams import StreamScheme
+from attnres.residual.stream_scheme import StreamScheme
 from attnres.routing import IMPLS, DepthMixer, DepthWeightedAverage, HyperConnection, ManifoldHyperConnection, Router
 from attnres.routing.depth_average import DenseFormerOptions
 from attnres.routing.hyper_connections import HyperConnectionOptions

@@ -4,7 +4,7 @@ ops, two-phase group routing, the Triton kernel). Knows nothing of models."""
 from attnres.routing.depth_average import DepthWeightedAverage
 from attnres.routing.hyper_connections import HyperConnection
 from attnres.routing.mhc import ManifoldHyperConnection
-from attnres.routing.streams import StreamMixer
+from attnres.routing.stream_mixer import StreamMixer
 from attnres.routing.lean import inv_rms, route_sources
 from attnres.routing.mixer import DepthMixer, MixerFlops
 from attnres.routing.reference import route_reference

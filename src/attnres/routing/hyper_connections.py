@@ -12,7 +12,7 @@ from torch import Tensor, nn
 
 from attnres.routing.mixer import DepthMixer, MixerFlops
 from attnres.routing.options import VariantOptions, option
-from attnres.routing.streams import StreamMixer, check_streams, normalised_projection
+from attnres.routing.stream_mixer import StreamMixer, check_streams, normalised_projection
 
 HC_SCALE_INIT = 0.01  # Zhu et al.: the dynamic corrections' scales s_alpha, s_beta start at 0.01
 

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from attnres.common.precision import autocast_off
 from attnres.routing.mixer import DepthMixer, MixerFlops
 from attnres.routing.options import VariantOptions, option
-from attnres.routing.streams import StreamMixer, check_streams, collapse, stream_dtype, normalised_projection
+from attnres.routing.stream_mixer import StreamMixer, check_streams, collapse, stream_dtype, normalised_projection
 
 
 def sinkhorn(matrix: Tensor, iterations: int, eps: float) -> Tensor:

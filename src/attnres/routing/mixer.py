@@ -23,7 +23,7 @@ declares what more it can use from the scheme with class attributes:
   mode "replace". Default False.
 - `takes_init_std = True`: the constructor also takes `init_std=`, the model's weight init standard
   deviation, for a mixer whose initialisation draws random weights (mHC). Default False.
-- `mixes_streams = True`: a stream mixer (hyper-connections, mHC; `attnres.routing.streams`): the
+- `mixes_streams = True`: a stream mixer (hyper-connections, mHC; `attnres.routing.stream_mixer`): the
   scheme keeps n residual streams (B, T, n, D) and the mixer reads them into the sub-layer input
   and writes the sub-layer's output back (`StreamMixer`). Default False.
 

@@ -25,9 +25,9 @@ from attnres.checkpoint import checkpoint_dirs
 from attnres.common.atomic import write_atomic
 from attnres.common.errors import InputError
 from attnres.common.machine import machine_info
-from attnres.compare.cost import MIN_REPEATS, CostSettings, measure_costs
+from attnres.compare.cost_measurement import MIN_REPEATS, CostSettings, measure_costs
 from attnres.compare.progress import CompareProgress
-from attnres.compare.run import finished_record
+from attnres.compare.run_comparison import finished_record
 from attnres.data import prepare_data
 from attnres.model.config import variant_name
 from attnres.scaling.plan import PlannedRun, plan_sweep
@@ -48,7 +48,7 @@ def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, co
     None for a shard (shard=(i, n) with n > 1 trains its share and writes nothing else).
     launcher: a command prefix that runs `-m attnres train` (e.g. "torchrun --nproc-per-node 8");
     None trains in this process. replicates: bootstrap replicates of the fit. cost_repeats: rounds of the
-    step-time measurement at the largest size (`attnres.compare.cost.measure_costs`, every variant
+    step-time measurement at the largest size (`attnres.compare.cost_measurement.measure_costs`, every variant
     interleaved in this process, on `device`), 0 to skip it (a model too large for one device)."""
     if not (isinstance(cost_repeats, int) and (cost_repeats == 0 or cost_repeats >= MIN_REPEATS)):
         raise InputError(f"cost_repeats (--cost-repeats) must be 0 (no step-time measurement) or an integer >= "

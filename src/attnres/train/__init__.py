@@ -5,7 +5,7 @@ their errors and readers are re-exported here for convenience.
 """
 
 from attnres.checkpoint import CheckpointError, latest_checkpoint, read_checkpoint
-from attnres.train.config import TrainConfig, TrainConfigError
+from attnres.train.train_config import TrainConfig, TrainConfigError
 from attnres.train.evaluate import evaluate, evaluate_checkpoint
 from attnres.train.run_config import RunConfig, RunConfigError, load_run_config
 from attnres.train.trainer import Trainer, TrainingError, TrainResult, train

@@ -14,7 +14,7 @@ from attnres.common.precision import autocast
 from attnres.data import PreparedData, eval_batches, prepare_data
 from attnres.distributed.checkpointer import restore_model
 from attnres.model import AttnResLM
-from attnres.train.init import build_model, load_initial_weights
+from attnres.train.starting_model import build_model, load_initial_weights
 from attnres.train.run_config import RunConfig, RunConfigError, finetune_defaults, pretrained_model_fields
 
 

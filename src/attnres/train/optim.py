@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from attnres.model import AttnResLM
-from attnres.train.config import TrainConfig
+from attnres.train.train_config import TrainConfig
 
 
 def parameter_groups(model: AttnResLM,

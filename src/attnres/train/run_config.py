@@ -14,7 +14,7 @@ from attnres.data import DataConfig
 from attnres.model import ModelConfig
 from attnres.residual import check_routing
 from attnres.residual.legacy import upgrade_model_fields
-from attnres.train.config import TrainConfig
+from attnres.train.train_config import TrainConfig
 
 AUTO = "auto"
 # YAML 1.1 (PyYAML) reads 1e-3 as a string; a number is what anyone writing it means.

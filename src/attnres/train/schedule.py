@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from attnres.train.config import TrainConfig
+from attnres.train.train_config import TrainConfig
 
 
 def lr_factor(step: int, config: TrainConfig) -> float:

@@ -37,10 +37,10 @@ from attnres.distributed.wrapper import ParallelModel
 from attnres.model import AttnResLM
 from attnres.model.moe_balance import expert_routers, take_step_loads, update_score_bias
 from attnres.residual.legacy import upgrade_model_fields
-from attnres.train.config import pipeline_setting_error, resolve_parallel
+from attnres.train.train_config import pipeline_setting_error, resolve_parallel
 from attnres.train.diagnostics import routing_diagnostics
 from attnres.train.evaluate import evaluate
-from attnres.train.init import build_model, draw_normal_queries, load_initial_weights
+from attnres.train.starting_model import build_model, draw_normal_queries, load_initial_weights
 from attnres.train.metrics import MetricsLogger
 from attnres.train.optim import build_optimizer
 from attnres.train.run_config import RunConfig, RunConfigError

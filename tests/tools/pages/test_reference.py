@@ -13,7 +13,7 @@ from tools.pages.cli_help import subparsers
 from tools.pages.markers import find_blocks
 from attnres.residual import VARIANTS
 from attnres.train import RunConfig, TrainConfig
-from attnres.train.config import PipelineSettings
+from attnres.train.train_config import PipelineSettings
 
 REFERENCE = Path(__file__).resolve().parents[3] / "docs" / "reference"
 

@@ -3,8 +3,8 @@ fresh models of the runs' configurations, memory; settings validated."""
 
 import pytest
 
-import attnres.compare.cost as cost_module
-from attnres.compare.cost import CostSettings, measure_costs
+import attnres.compare.cost_measurement as cost_module
+from attnres.compare.cost_measurement import CostSettings, measure_costs
 from attnres.train import RunConfig, RunConfigError
 
 

@@ -6,7 +6,7 @@ from dataclasses import fields
 import pytest
 
 import attnres.bench
-from attnres.bench.config import (MIN_REPEATS, OPTION_NAMES, QUICK_VALUES, SETTING_NAMES, BenchConfig,
+from attnres.bench.bench_config import (MIN_REPEATS, OPTION_NAMES, QUICK_VALUES, SETTING_NAMES, BenchConfig,
                                   available_presets, compared_variants, resolve_config)
 from attnres.bench.model_bench import model_shape
 from attnres.cli import build_parser, main
