@@ -1,9 +1,4 @@
 #!/usr/bin/env bash
-# The main job: sets up .venv (see setup_env.sh) on first use, then runs `attnres compare`
-# (default preset: every variant on a 16-layer model, real text, 6 to 13 minutes on 2 CPU cores).
-# Extra arguments go to the command, e.g. `scripts/compare.sh --preset smoke --out reports/smoke`.
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh"
-cd "$ROOT"
-exec attnres compare "$@"
+# Deprecated since attnres 0.3.0 (removed in 0.4.0): the repository's scripts moved under tools/.
+echo "scripts/compare.sh is deprecated since attnres 0.3.0 and will be removed in 0.4.0; use tools/compare.sh" >&2
+exec "$(dirname "${BASH_SOURCE[0]}")/../tools/compare.sh" "$@"

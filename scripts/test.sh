@@ -1,13 +1,4 @@
 #!/usr/bin/env bash
-# Run the test suite: sets up .venv (see setup_env.sh) on first use, then pytest.
-# Extra arguments go to pytest, e.g. `scripts/test.sh tests/routing -x`.
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh"
-cd "$ROOT"
-# A kernel path chosen by hand (ATEN_CPU_CAPABILITY=avx2 scripts/test.sh) gets an inductor cache of its
-# own: a compiled decode step cached by AVX-512 runs crashed when loaded under avx2 (issue 38).
-if [ -n "${ATEN_CPU_CAPABILITY:-}" ] && [ -z "${TORCHINDUCTOR_CACHE_DIR:-}" ]; then
-    export TORCHINDUCTOR_CACHE_DIR="${TMPDIR:-/tmp}/torchinductor_$(id -un)_${ATEN_CPU_CAPABILITY,,}"
-fi
-exec python -m pytest "$@"
+# Deprecated since attnres 0.3.0 (removed in 0.4.0): the repository's scripts moved under tools/.
+echo "scripts/test.sh is deprecated since attnres 0.3.0 and will be removed in 0.4.0; use tools/test.sh" >&2
+exec "$(dirname "${BASH_SOURCE[0]}")/../tools/test.sh" "$@"

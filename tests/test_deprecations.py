@@ -198,3 +198,18 @@ def test_a_moved_module_still_imports_with_a_warning_naming_its_new_name(old, ne
     assert value is getattr(importlib.import_module(new), name)
     with pytest.raises(AttributeError):
         module.__wrapped_by_nothing__  # noqa: B018  (dunders: no warning, no import)
+
+
+@pytest.mark.parametrize("name, expected", [("test", "pytest"), ("compare", "usage: attnres compare")])
+def test_the_readme_commands_of_0_2_0_still_run_with_a_note_naming_tools(name, expected):
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    argument = "--version" if name == "test" else "--help"  # cheap: pytest's version, the command's help
+    result = subprocess.run(["bash", str(root / "scripts" / f"{name}.sh"), argument], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert (f"scripts/{name}.sh is deprecated since attnres 0.3.0 and will be removed in 0.4.0; use tools/{name}.sh"
+            in result.stderr)
+    assert expected in result.stdout + result.stderr

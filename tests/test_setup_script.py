@@ -1,4 +1,4 @@
-"""scripts/setup_env.sh (the set-up of both README commands) says what it is doing, stage by stage,
+"""tools/setup_env.sh (the set-up of both README commands) says what it is doing, stage by stage,
 and shows a failing stage's output. pip is replaced by a stub, so nothing is installed; PATH holds
 only the tools the script uses, and a stand-in C++ compiler unless a test hides it."""
 
@@ -41,7 +41,7 @@ def run_setup(tmp_path, compiler=True, **env):
     stub.chmod(0o755)
     base = {k: v for k, v in os.environ.items() if k != "CXX"}
     env = {"ATTNRES_BUILD_FUSED_CPU": "0", "PATH": str(tools_dir(tmp_path, compiler)), **env}
-    return subprocess.run(["bash", str(ROOT / "scripts" / "setup_env.sh")], capture_output=True, text=True,
+    return subprocess.run(["bash", str(ROOT / "tools" / "setup_env.sh")], capture_output=True, text=True,
                           env={**base, "PYTHON": str(stub), "ATTNRES_VENV": str(tmp_path / "venv"), **env},
                           timeout=60)
 

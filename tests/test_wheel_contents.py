@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-REPOSITORY_ONLY = ("tools/", "pages/", "results/", "benchmarks/", "scripts/", "tests/", "docs/")
+REPOSITORY_ONLY = ("tools/", "pages/", "results/", "benchmarks/", "studies/", "scripts/", "tests/", "docs/")
 
 
 def _tracked_files() -> list[str]:

@@ -1,10 +1,10 @@
-"""benchmarks/pipeline_bytes.py: two spawned CPU ranks, one variant; the result file and its rows."""
+"""tools/benchmarks/pipeline_bytes.py: two spawned CPU ranks, one variant; the result file and its rows."""
 
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # spawned ranks import it too
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "benchmarks"))  # spawned ranks import it too
 import pipeline_bytes  # noqa: E402
 
 

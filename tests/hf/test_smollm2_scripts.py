@@ -1,4 +1,4 @@
-"""benchmarks/smollm2_step0.py and smollm2_convert.py on a tiny Llama GGUF (no download, no corpus):
+"""tools/benchmarks/smollm2_step0.py and smollm2_convert.py on a tiny Llama GGUF (no download, no corpus):
 every variant converts and the result files carry their provenance."""
 
 import json
@@ -14,7 +14,7 @@ pytest.importorskip("accelerate")
 
 from tests.hf.test_gguf import PROMPT, gguf_file  # noqa: E402,F401  (the tiny GGUF fixture)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # as when run as scripts
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "benchmarks"))  # as when run as scripts
 import smollm2_convert  # noqa: E402
 import smollm2_step0  # noqa: E402
 

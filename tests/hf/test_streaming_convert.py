@@ -27,7 +27,7 @@ from tests.crash import Kill, assert_whole, run_cli  # noqa: E402
 from tests.hf.test_convert import EXACT_VARIANTS, save_hf_model  # noqa: E402
 from tests.hf.test_kimi_linear import save_kimi  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # as when run as a script
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "benchmarks"))  # as when run as a script
 import streaming_convert  # noqa: E402
 
 SHARD = "20KB"  # the sources' shard size: several shards, a layer's experts split across two
@@ -345,7 +345,7 @@ def test_a_bad_max_shard_size_is_refused(sources, tmp_path):
 
 
 def test_peak_memory_stays_within_the_largest_source_shard(tmp_path):
-    """8 source shards of about 8 MB converted in a fresh process (benchmarks/streaming_convert.py):
+    """8 source shards of about 8 MB converted in a fresh process (tools/benchmarks/streaming_convert.py):
     streamed, its peak resident memory rises by at most the largest shard plus CONSTANT_BYTES; in
     memory, by more (so this test would see streaming lose its bound)."""
     result = streaming_convert.measure(tmp_path, shards=8, shard_mb=8, hidden=256, intermediate=768, vocab=4096)

@@ -1,7 +1,7 @@
 """The fused CPU routing ops: lean.route_sources's function and gradients, and two-phase routing's
 merge (two_phase._merge_forward / _merge_backward), each one C++ pass, only references saved.
 
-The extension is built on first use if scripts/setup_env.sh has not built it (about 20 s here);
+The extension is built on first use if tools/setup_env.sh has not built it (about 20 s here);
 without it and without a C++ compiler to build it, these tests are skipped
 (tests/routing/test_fused_cpu_unavailable.py covers that case).
 """

@@ -19,7 +19,7 @@ CPU = torch.device("cpu")
 NOT_BUILT = "the fused CPU routing kernel is not built"
 WHY = "no C++ compiler found: CXX is unset and c++ is not on PATH"
 HOW = ("install a C++ compiler with OpenMP (Debian/Ubuntu: apt-get install g++), then run "
-       "`python -m attnres.routing.fused_cpu_build` (in a checkout, scripts/setup_env.sh runs it)")
+       "`python -m attnres.routing.fused_cpu_build` (in a checkout, tools/setup_env.sh runs it)")
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """On a GPU, "auto" routes with the ops PyTorch runs everywhere until the Triton kernel has been checked
-on a real GPU; benchmarks/gpu_check.py is that check (run here on CPU, where it must pass too)."""
+on a real GPU; tools/benchmarks/gpu_check.py is that check (run here on CPU, where it must pass too)."""
 
 import json
 import subprocess
@@ -34,7 +34,7 @@ def test_triton_stays_available_by_name(monkeypatch):
 
 def test_gpu_check_script_gives_one_verdict_per_variant_and_path(tmp_path):
     out = tmp_path / "verdicts.json"
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--tiny",
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmarks" / "gpu_check.py"), "--device", "cpu", "--tiny",
                              "--repeats", "1", "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
                             timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -50,7 +50,7 @@ def test_gpu_check_script_gives_one_verdict_per_variant_and_path(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")
 def test_gpu_check_without_a_gpu_says_so_in_one_line():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py")], capture_output=True,
+    result = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmarks" / "gpu_check.py")], capture_output=True,
                             text=True, cwd=ROOT, timeout=300)
     assert result.returncode == 2
     assert result.stdout.strip().count("\n") == 0 and "no CUDA device" in result.stdout

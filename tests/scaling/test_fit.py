@@ -11,7 +11,7 @@ import pytest
 from attnres.scaling.fit import (FitError, Point, ScalingFit, bootstrap_fits, compute_advantage, fit_law,
                                  percentile_interval, residuals_exceed_seed_spread, seed_spread)
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "fit_coverage.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "benchmarks" / "fit_coverage.py"
 spec = importlib.util.spec_from_file_location("fit_coverage", SCRIPT)
 fit_coverage = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(fit_coverage)
@@ -92,7 +92,7 @@ def test_a_fit_that_misses_by_more_than_the_seed_spread_is_flagged():
 
 @pytest.mark.parametrize("method", ["residuals", "cases"])
 def test_bootstrap_intervals_cover_the_truth_at_about_the_nominal_rate(method):
-    # benchmarks/fit_coverage.py on 30 synthetic sweeps of 8 sizes with 1 % noise, 100 replicates, for
+    # tools/benchmarks/fit_coverage.py on 30 synthetic sweeps of 8 sizes with 1 % noise, 100 replicates, for
     # alpha, E, the loss at the largest compute and a known 1.25x compute advantage. Measured over 300
     # sweeps these 95 % intervals hold the truth 88-97 % of the time (docs/explanation/scaling-law.md); the draws are
     # fixed, and an interval that held 80 % or less would come in under 24 of 30 more often than not.

@@ -1,10 +1,10 @@
-"""benchmarks/fit_coverage.py: its result file, and configurations read from a longer run's first sweeps."""
+"""tools/benchmarks/fit_coverage.py: its result file, and configurations read from a longer run's first sweeps."""
 
 import json
 import sys
 from pathlib import Path
 
-SCRIPT_DIR = Path(__file__).resolve().parents[2] / "benchmarks"
+SCRIPT_DIR = Path(__file__).resolve().parents[2] / "tools" / "benchmarks"
 sys.path.insert(0, str(SCRIPT_DIR))  # as when run as a script
 import fit_coverage  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""benchmarks/scaling_probe.py: a sweep's runs against the same runs on another floating-point path."""
+"""tools/benchmarks/scaling_probe.py: a sweep's runs against the same runs on another floating-point path."""
 
 import importlib.util
 import json
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "scaling_probe.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "benchmarks" / "scaling_probe.py"
 spec = importlib.util.spec_from_file_location("scaling_probe", SCRIPT)
 scaling_probe = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(scaling_probe)

@@ -161,7 +161,7 @@ def stability_table(ctx) -> str:
 
 
 def stability_grid(ctx, folder: str) -> str:
-    """The learning-rate x warm-up grid of scripts/stability.sh in results/`folder`: losses over seeds and
+    """The learning-rate x warm-up grid of tools/studies/stability.sh in results/`folder`: losses over seeds and
     divergence events per setting and variant."""
     root = ctx.results.root / "results" / folder
     paths = sorted((p.relative_to(root.parent).as_posix() for p in root.glob("lr*-warmup*/results.json")),

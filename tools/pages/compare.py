@@ -1,4 +1,4 @@
-"""The main job (`scripts/compare.sh`, results/compare-default): one seed of every variant of the default
+"""The main job (`tools/compare.sh`, results/compare-default): one seed of every variant of the default
 preset on real text, with the cost measured after training; and the SmolLM2 fine-tuning runs."""
 
 from __future__ import annotations

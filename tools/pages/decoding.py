@@ -1,4 +1,4 @@
-"""Decoding speed of converted SmolLM2-135M (results/generate-speed: benchmarks/generate_speed.py):
+"""Decoding speed of converted SmolLM2-135M (results/generate-speed: tools/benchmarks/generate_speed.py):
 tokens/s of transformers and of attnres eager and compiled, compile times, the first answer of a
 new user's `attnres generate`, and the memory bandwidth each reaches."""
 

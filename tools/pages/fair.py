@@ -1,4 +1,4 @@
-"""The fair fight (results/fair-dense: scripts/fair.sh): every variant at its own best learning rate from
+"""The fair fight (results/fair-dense: tools/studies/fair.sh): every variant at its own best learning rate from
 one grid, reported on a test split that chose nothing, differences paired by seed, ties with the best."""
 
 from __future__ import annotations

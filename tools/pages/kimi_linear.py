@@ -1,5 +1,5 @@
 """The ablation on Kimi Linear, the paper's own architecture at CPU scale (results/kimi-linear,
-results/kimi-linear-stability: scripts/kimi_linear.sh), alone and beside the dense ablation."""
+results/kimi-linear-stability: tools/studies/kimi_linear.sh), alone and beside the dense ablation."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ DISPATCH = "moe-dispatch/moe_dispatch.json"
 
 def moe_dispatch(ctx) -> str:
     """The mixture of experts' forward + backward against the dense SwiGLU of equal active width, attnres's
-    sorted dispatch and transformers' eager experts (benchmarks/moe_dispatch.py)."""
+    sorted dispatch and transformers' eager experts (tools/benchmarks/moe_dispatch.py)."""
     results = ctx.results.json(DISPATCH)
     s = results["settings"]
     rows = [[f"{int(tokens):,}", *(f"{results['results'][tokens][name]['median_s'] * 1e3:.1f} ms "

@@ -99,6 +99,28 @@ def moved_note(command: str | None, source: str) -> str:
     return ""
 
 
+# Where a recorded command's script lives now: benchmarks/ and scripts/ moved under tools/ (issue 41).
+_MOVED_SCRIPT = re.compile(r"(?<![\w/.-])(benchmarks/[\w.]+|scripts/[\w.]+)")
+
+
+def moved_script_note(command: str | None) -> str:
+    """' (the script is now tools/...)' when the recorded command ran a script from a folder that has
+    since moved under tools/; empty otherwise. The command itself is shown as it ran."""
+    found = _MOVED_SCRIPT.search(command or "")
+    if not found:
+        return ""
+    old = found.group(1)
+    new = "tools/" + old if old.startswith("benchmarks/") else None
+    if new is None:
+        name = old.removeprefix("scripts/")
+        new = f"tools/{name}" if name in _TOP_LEVEL_TOOLS else f"tools/studies/{name}"
+    return f" (the script is now `{new}`)"
+
+
+_TOP_LEVEL_TOOLS = {"compare.sh", "setup_env.sh", "test.sh", "test_deps.sh", "test_kernel_paths.sh", "wheel_check.sh",
+                    "wheel_smoke.py"}
+
+
 def provenance(result: dict, source: str, *, code_path: dict | None = None, what: str = "Measured") -> str:
     """The italic line under a generated table: command, date, CPU, code path, and `source` (a link to
     the result file it came from)."""
@@ -107,5 +129,5 @@ def provenance(result: dict, source: str, *, code_path: dict | None = None, what
     parts = [f"{what} {date} on {cpu_words(result.get('machine'))}",
              code_path_words(code_path if code_path is not None else recorded_code_path(result)),
              f"torch {result['machine']['torch']}" if result.get("machine", {}).get("torch") else None]
-    by = f" by `{command}`{moved_note(command, source)}" if command else ""
+    by = f" by `{command}`{moved_note(command, source)}{moved_script_note(command)}" if command else ""
     return "*" + "; ".join(p for p in parts if p) + f"{by}. Source: {source}.*"

@@ -108,7 +108,7 @@ def chosen_rates(folder, variants: list[dict], where: str) -> dict[str, float]:
         found = {v["name"]: float(v["chosen_lr"]) for v in saved["variants"]}
     except OSError as error:
         raise RunConfigError(f"{where}: rates_from {folder!r}: cannot read {path} ({error.strerror}); run that "
-                             f"study first (scripts/fair.sh)") from None
+                             f"study first (tools/studies/fair.sh)") from None
     except (ValueError, KeyError, TypeError) as error:
         raise RunConfigError(f"{where}: rates_from {folder!r}: {path} is not a protocol study's results "
                              f"(each variant with a chosen_lr): {error}") from None

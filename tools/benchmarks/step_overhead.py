@@ -4,8 +4,8 @@ timed separately (interleaved medians), then the ops whose self time differs mos
 With --tiny the model keeps its depth but is 16 wide on 4 tokens, so the arithmetic vanishes and
 what remains is the size-independent cost: Python, dispatch and autograd nodes per sub-layer.
 
-    .venv/bin/python benchmarks/step_overhead.py --variant block_attnres          # 24 x 256, seq 256
-    .venv/bin/python benchmarks/step_overhead.py --variant block_attnres --tiny
+    .venv/bin/python tools/benchmarks/step_overhead.py --variant block_attnres          # 24 x 256, seq 256
+    .venv/bin/python tools/benchmarks/step_overhead.py --variant block_attnres --tiny
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ Delta Block with an exact-conversion option reproduce the source model; plain De
 DenseFormer and hyper-connections start as the source model (up to the final norm's eps), mHC does not
 (its random stream projections, method §7).
 
-    .venv/bin/python benchmarks/smollm2_step0.py [--sequences 16] [--seq-len 256] [--out results/conversion]
+    .venv/bin/python tools/benchmarks/smollm2_step0.py [--sequences 16] [--seq-len 256] [--out results/conversion]
 
 Prints the table and writes OUT/step0.json: per variant its perplexity, mean loss and ratio to
 standard, with the command, date, machine, code path and settings.

@@ -1,6 +1,6 @@
 """The block-count figure of the reproduction study (docs/explanation/study.md) from its results.json.
 
-Usage: python benchmarks/study_figure.py results/study
+Usage: python tools/benchmarks/study_figure.py results/study
 Writes OUT/figures/num_blocks.png: the validation-loss difference to standard, paired by seed, against the
 number of blocks for Block AttnRes and Delta Block, with 95 % intervals. The study's tables are generated
 into the page itself (`python -m tools.pages`).
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 # Run as a file from anywhere: the page helpers it shares are the repository's tools/, not the library's.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from attnres.analysis.intervals import ci95_halfwidth, mean
 from tools.pages.seeds import paired_difference, variants_by_name

@@ -9,9 +9,9 @@ function does), and as a generation runs it (all guards at its first step, then 
 compiled graphs apart: `Decoding._guards`). Rounds interleave every model; medians of per-round ratios
 to standard with the same guard setting.
 
-    .venv/bin/python benchmarks/compiled_decode_paths.py                 # 24 x 256, 2 threads
-    .venv/bin/python benchmarks/compiled_decode_paths.py --layers 4 --rounds 5
-    .venv/bin/python benchmarks/compiled_decode_paths.py --cpp-wrapper --impls fused   # the C++ wrapper
+    .venv/bin/python tools/benchmarks/compiled_decode_paths.py                 # 24 x 256, 2 threads
+    .venv/bin/python tools/benchmarks/compiled_decode_paths.py --layers 4 --rounds 5
+    .venv/bin/python tools/benchmarks/compiled_decode_paths.py --cpp-wrapper --impls fused   # the C++ wrapper
 """
 
 from __future__ import annotations

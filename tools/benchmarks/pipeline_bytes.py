@@ -5,8 +5,8 @@ under GPipe, 1F1B and interleaved 1F1B (V = 2, 4); the byte counter's totals ove
 measurement is checked against the layout's prediction (micro-batches x tensors per transition x
 bytes per (b, T, D) tensor), which then extrapolates to a paper-scale shape without running it.
 
-    .venv/bin/python benchmarks/pipeline_bytes.py [--ranks 2] [--out results/pipeline-bytes]
-    torchrun --nproc-per-node 2 benchmarks/pipeline_bytes.py       # the same, launched by torchrun
+    .venv/bin/python tools/benchmarks/pipeline_bytes.py [--ranks 2] [--out results/pipeline-bytes]
+    torchrun --nproc-per-node 2 tools/benchmarks/pipeline_bytes.py       # the same, launched by torchrun
 
 Prints both tables (Markdown) and writes OUT/results.json: every measured row (bytes forward and
 backward per step, the largest transition per micro-batch, and the layout's prediction, without and

@@ -10,7 +10,7 @@ The last line says whether `routing_impl="auto"` may pick Triton on CUDA
 (`attnres.routing.route.TRITON_IN_AUTO`). Runs on CPU too (`--device cpu --tiny`: the test of this
 script), where the fused kernel takes Triton's place.
 
-Usage: python benchmarks/gpu_check.py [--device cuda] [--tiny] [--repeats 5] [--out FILE.json]
+Usage: python tools/benchmarks/gpu_check.py [--device cuda] [--tiny] [--repeats 5] [--out FILE.json]
 """
 
 from __future__ import annotations

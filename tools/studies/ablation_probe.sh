@@ -4,10 +4,10 @@
 # CPU kernels (ATEN_CPU_CAPABILITY=default), another floating-point path on the same machine. Its
 # runs go to OUT (default results/ablation-probe); `python -m tools.pages` sets their paired
 # differences beside the ablation's on the same seeds (docs/explanation/ablation.md).
-# Usage: scripts/ablation_probe.sh [OUT] [--set ... passed on]
+# Usage: tools/studies/ablation_probe.sh [OUT] [--set ... passed on]
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/tools/setup_env.sh"
 cd "$ROOT"
 OUT="${1:-results/ablation-probe}"
 mkdir -p "$OUT"

@@ -7,7 +7,7 @@ their runs by variant, size and seed, and writes PROBE/probe.md: each run's fina
 paths, how far the probe moved it, the paired difference to standard on both paths, and the
 seeds' spread at each size in the sweep, which is the noise the fit's intervals already carry.
 
-    python benchmarks/scaling_probe.py results/scaling results/scaling-probe
+    python tools/benchmarks/scaling_probe.py results/scaling results/scaling-probe
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 # Run as a file from anywhere: the page helpers it shares are the repository's tools/, not the library's.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tools.pages.scaling import paired_rows, seed_spread_by_size
 

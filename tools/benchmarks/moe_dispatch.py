@@ -9,7 +9,7 @@ Three ways to compute one feed-forward sub-layer of the same active size, forwar
 Rounds interleave the three (machine drift hits all alike); medians over rounds, and each ratio is
 the median of per-round ratios to dense.
 
-    .venv/bin/python benchmarks/moe_dispatch.py --out results/moe-dispatch/moe_dispatch.json
+    .venv/bin/python tools/benchmarks/moe_dispatch.py --out results/moe-dispatch/moe_dispatch.json
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def main() -> None:
                                                for name, r in results[str(tokens)].items()), flush=True)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        report = {"command": "python benchmarks/moe_dispatch.py " + " ".join(sys.argv[1:]),
+        report = {"command": "python tools/benchmarks/moe_dispatch.py " + " ".join(sys.argv[1:]),
                   "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine_info(torch.device("cpu")),
                   "settings": {k: v for k, v in vars(args).items() if k != "out"}, "results": results}
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")

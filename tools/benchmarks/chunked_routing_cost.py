@@ -2,9 +2,9 @@
 (routing_chunk_size 1) and chunked (the automatic size), next to the block variants, as ratios to
 `standard` measured in the same interleaved run (median of per-round ratios).
 
-    .venv/bin/python benchmarks/chunked_routing_cost.py                       # 24 x 256, seq 256
-    .venv/bin/python benchmarks/chunked_routing_cost.py --layers 48 --hidden 64 --seq-len 128
-    .venv/bin/python benchmarks/chunked_routing_cost.py --routing-impl lean   # phase 1 on the lean ops
+    .venv/bin/python tools/benchmarks/chunked_routing_cost.py                       # 24 x 256, seq 256
+    .venv/bin/python tools/benchmarks/chunked_routing_cost.py --layers 48 --hidden 64 --seq-len 128
+    .venv/bin/python tools/benchmarks/chunked_routing_cost.py --routing-impl lean   # phase 1 on the lean ops
 
 The models and the timed step are `attnres.train.step_cost.VariantRunner`'s, the runner `attnres bench`
 and `attnres compare` use; fp32, batch 1, vocabulary 4096, block variants with 8 blocks (or the nearest valid count).

@@ -3,16 +3,16 @@
 # configs/compare/fair_dense_kernels.yaml under ATEN_CPU_CAPABILITY=avx2 on a CPU whose own kernels are
 # AVX-512, else under ATEN_CPU_CAPABILITY=default (the scalar kernels), in two one-thread shards.
 # `python -m tools.pages` then sets each paired difference beside the same seed's in results/fair-dense.
-# Usage: scripts/fair_kernels.sh [OUT (default results/fair-dense-kernels)] [SHARDS (default 2)]
+# Usage: tools/studies/fair_kernels.sh [OUT (default results/fair-dense-kernels)] [SHARDS (default 2)]
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/tools/setup_env.sh"
 NATIVE="$(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')"
 case "$NATIVE" in
   AVX512*) OTHER=avx2 ;;
   *) OTHER=default ;;
 esac
 echo "fair_kernels: this CPU's kernels are $NATIVE; rerunning on ATEN_CPU_CAPABILITY=$OTHER"
-# its own inductor cache, as scripts/test.sh gives a hand-set kernel path (nothing here compiles today)
+# its own inductor cache, as tools/test.sh gives a hand-set kernel path (nothing here compiles today)
 export TORCHINDUCTOR_CACHE_DIR="${TMPDIR:-/tmp}/attnres-inductor-$OTHER"
-ATEN_CPU_CAPABILITY="$OTHER" exec "$ROOT/scripts/fair.sh" fair_dense_kernels "${1:-results/fair-dense-kernels}" "${2:-2}"
+ATEN_CPU_CAPABILITY="$OTHER" exec "$ROOT/tools/studies/fair.sh" fair_dense_kernels "${1:-results/fair-dense-kernels}" "${2:-2}"

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Test attnres against the ends of the dependency ranges that pyproject.toml claims, beside the pinned
-# set that scripts/test.sh tests:
-#   scripts/test_deps.sh floor  [pytest args]   torch, transformers, safetensors and lm-eval at the floors
+# set that tools/test.sh tests:
+#   tools/test_deps.sh floor  [pytest args]   torch, transformers, safetensors and lm-eval at the floors
 #                                               pyproject.toml names (read from it, so a changed floor is
 #                                               what gets tested)
-#   scripts/test_deps.sh newest [pytest args]   the newest release of each on the registry
+#   tools/test_deps.sh newest [pytest args]   the newest release of each on the registry
 # Everything else is what pip resolves beside them, as a user installing those versions would get. The
 # environment is .venv-deps/SET (ATTNRES_DEPS_DIR moves it), made again when the requirements in
 # pyproject.toml change; the newest set is also upgraded in place on every run.
 # Without pytest args, the tests that use these packages run: tests/hf, tests/checkpoint and every test
-# file that imports transformers, safetensors or lm_eval. `scripts/test_deps.sh newest tests` runs all.
+# file that imports transformers, safetensors or lm_eval. `tools/test_deps.sh newest tests` runs all.
 # ATTNRES_DEPS_TORCH=2.13.0 keeps the newest set's torch at that release (the newest torch is a CUDA
 # build of several GB). The newest torch may be above a local pip cap (/etc/xdg/pip/constraints.txt on some
 # machines): for this set, the cap is lifted for these installs only (PIP_CONSTRAINT=/dev/null).
@@ -18,7 +18,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SET="${1:-}"
 case "$SET" in
     floor|newest) shift ;;
-    *) echo "usage: scripts/test_deps.sh floor|newest [pytest args]" >&2; exit 2 ;;
+    *) echo "usage: tools/test_deps.sh floor|newest [pytest args]" >&2; exit 2 ;;
 esac
 PY="${PYTHON:-python3}"
 VENV="${ATTNRES_DEPS_DIR:-$ROOT/.venv-deps}/$SET"

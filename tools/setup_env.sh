@@ -2,7 +2,7 @@
 # Create (or reuse) the project's virtual environment in .venv with pinned dependencies.
 # torch==2.13.0 goes in first and alone: pip then takes the local CPU wheel instead of a
 # multi-GB CUDA build pulled in by an unpinned requirement.
-# Sourced by scripts/compare.sh, scripts/test.sh and .ci/run; safe to run repeatedly. Prints one
+# Sourced by tools/compare.sh, tools/test.sh and .ci/run; safe to run repeatedly. Prints one
 # line per stage (to stderr, so a caller's stdout stays its own), and a line every 20 s while a
 # stage runs, so a first set-up (3 to 4 minutes on 2 cores) never looks stuck.
 set -euo pipefail

@@ -6,9 +6,9 @@ the reference for every figure is transformers' own model read from the same fil
 residual `attnres convert` accepts) is converted with `convert_to_hf` (what `attnres convert` runs)
 into a temporary directory and loaded back with `AutoModelForCausalLM.from_pretrained`, as a user would.
 
-    .venv/bin/python benchmarks/smollm2_convert.py [--sequences 4] [--seq-len 256] [--new-tokens 48] \
+    .venv/bin/python tools/benchmarks/smollm2_convert.py [--sequences 4] [--seq-len 256] [--new-tokens 48] \
         [--out results/conversion]
-    .venv/bin/python benchmarks/smollm2_convert.py --eps-check   # only why the routed variants' logits move (prints)
+    .venv/bin/python tools/benchmarks/smollm2_convert.py --eps-check   # only why the routed variants' logits move (prints)
 
 The eps check shows where the routed variants' logit differences come from: with every RMSNorm eps
 set to 1e-12 in both models, Block AttnRes matches the source to float32 rounding (docs/explanation/method.md §4).

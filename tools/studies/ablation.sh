@@ -5,11 +5,11 @@
 # `attnres analyze --causal` of seed 0 of the routed variants and the stream variants (the
 # causal-routing summary). Finished runs are reused, so an interrupted study continues where it stopped.
 # `python -m tools.pages` then writes the page's tables from OUT (results/ablation by default).
-# Usage: scripts/ablation.sh [OUT (default results/ablation)] [SHARDS (default 2)] [--set ... passed on]
+# Usage: tools/studies/ablation.sh [OUT (default results/ablation)] [SHARDS (default 2)] [--set ... passed on]
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh"
-source "$ROOT/scripts/shards.sh"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+source "$ROOT/tools/setup_env.sh"
+source "$ROOT/tools/studies/shards.sh"
 cd "$ROOT"
 OUT="${1:-results/ablation}"
 SHARDS="${2:-2}"

@@ -7,7 +7,7 @@ AttnRes (N=6) with zero queries (both papers' init); Block AttnRes with N(0, 0.0
 public research code does). Every run goes through the CLI, so the commands printed are the ones
 that produced the numbers. Writes metrics, a summary table and a figure to --out.
 
-    .venv/bin/python benchmarks/smollm2_finetune.py [--steps 200] [--out docs/smollm2-finetune]
+    .venv/bin/python tools/benchmarks/smollm2_finetune.py [--steps 200] [--out docs/smollm2-finetune]
 """
 
 from __future__ import annotations

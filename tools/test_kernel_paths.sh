@@ -4,11 +4,11 @@
 # that a test which only passes on the machine that recorded its files fails here first. CI runs this
 # beside the whole suite on the CPU's own path. Each path gets a fresh inductor cache: a compiled
 # kernel cached for AVX-512 must not be loaded under AVX2.
-#   scripts/test_kernel_paths.sh [pytest args]     e.g. `-m 'not compile'` to run the whole suite on each
+#   tools/test_kernel_paths.sh [pytest args]     e.g. `-m 'not compile'` to run the whole suite on each
 # Extra pytest args replace the default `-m recorded`.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-source "$ROOT/scripts/setup_env.sh"
+source "$ROOT/tools/setup_env.sh"
 cd "$ROOT"
 NATIVE="$(python -c 'import torch; print(torch.backends.cpu.get_cpu_capability().lower())')"
 if [ "$#" -eq 0 ]; then set -- -m recorded; fi
