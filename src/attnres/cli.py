@@ -295,7 +295,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _analyze(args: argparse.Namespace) -> int:
     from attnres.common.checks import check_int
-    from attnres.report.analyze import analyze
+    from attnres.report.depth_analysis import analyze
 
     out = Path(args.out)
     _check_out_dir(out)

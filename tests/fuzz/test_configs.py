@@ -10,7 +10,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from attnres.bench import config as bench_config
+from attnres.bench import bench_config
 from attnres.common.config_files import bundled_config_dir, parse_assignment, read_yaml_mapping
 from attnres.common.errors import InputError
 from attnres.compare import presets as compare_presets

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from attnres.common.config_files import bundled_config_dir
 from attnres.common.errors import InputError
-from attnres.compare import run as compare_run
+from attnres.compare import run_comparison as compare_run
 from attnres.report.compare_summary import summarize
 from attnres.scaling import sweep as scaling_sweep
 from attnres.scaling.summary import summarize_sweep

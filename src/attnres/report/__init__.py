@@ -2,9 +2,9 @@
 
 - `document`: the block renderer (Markdown and HTML from one list of blocks), `fmt`, strict JSON.
 - `names`: `slug`, the one way a label or variant name becomes a file or folder name.
-- `plots`, `analyze_plots`: one PNG per function (matplotlib, imported only by these two and `style`).
+- `plots`, `depth_analysis_plots`: one PNG per function (matplotlib, imported only by these two and `style`).
 - `style`: `variant_style`, the one colour, marker and line style of each variant in every figure.
-- `analyze`, `analyze_report`: the `attnres analyze` command and the report it writes.
+- `depth_analysis`, `depth_analysis_report`: the `attnres analyze` command and the report it writes.
 - `compare_summary`, `compare_report`: statistics over seeds and the report of `attnres compare`.
 
 Only the light, dependency-free helpers are imported here; the rest from their modules.

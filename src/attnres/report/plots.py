@@ -4,7 +4,7 @@ Figures are `matplotlib.figure.Figure` objects rendered with Agg: no pyplot, no 
 Each function writes one PNG atomically through `save_figure` and returns its path. The public
 helpers (`save_figure`, `finite`, `draw_lines`, `legend`, `empty_note`, `thinned`, `integer_ticks`,
 `log_scale_if_wide`, `wrapped`, `source_key`, `label_sources`) are the building blocks of
-`attnres.report.analyze_plots` too.
+`attnres.report.depth_analysis_plots` too.
 
 Sized for a phone as well as a desktop: every figure is WIDTH inches wide (more panels stack
 downwards, never sideways) and no text is smaller than MIN_FONT_PT, so when a page shows a figure

@@ -8,9 +8,9 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from attnres.cli import main
-from attnres.report.analyze_plots import (plot_cosine_matrices, plot_entropy_by_depth, plot_grad_norms_by_depth,
+from attnres.report.depth_analysis_plots import (plot_cosine_matrices, plot_entropy_by_depth, plot_grad_norms_by_depth,
                                           plot_routing_heatmap_split, split_routers)
-from attnres.report.analyze_report import cosine_routers
+from attnres.report.depth_analysis_report import cosine_routers
 from attnres.report.plots import figure_legend
 from attnres.report.style import variant_style
 from attnres.train import evaluate_checkpoint
