@@ -83,7 +83,8 @@ CPU_TINY = str(Path(attnres.__file__).parent / "configs" / "cpu-tiny.yaml")
     (["train", "--config", "absent.yaml"], "absent.yaml does not exist"),
     (["compare", "--preset", "nosuch"], "unknown compare preset 'nosuch'"),
     (["bench", "--repeats", "2"], "--repeats must be an integer >= 5"),
-    (["generate", "no/such/model", "--prompt", "Hi"], "MODEL 'no/such/model' is not a model directory"),
+    (["generate", "no/such/model", "--prompt", "Hi"],
+     "MODEL 'no/such/model': no/such/model/config.json does not exist"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing a run might write lands in the checkout

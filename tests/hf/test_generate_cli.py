@@ -93,7 +93,7 @@ def test_generate_does_not_compile_where_it_would_not_pay(converted, capsys, tmp
 
 def test_generate_refuses_what_it_cannot_load_or_use(converted, tmp_path, capsys):
     assert main(["generate", str(tmp_path / "none"), "--prompt", "x"]) == 2
-    assert "not a model directory (no config.json)" in capsys.readouterr().err
+    assert "none/config.json does not exist; give a directory written by" in capsys.readouterr().err
     (tmp_path / "llama").mkdir()
     (tmp_path / "llama" / "config.json").write_text(json.dumps({"model_type": "llama"}))
     assert main(["generate", str(tmp_path / "llama"), "--prompt", "x"]) == 2

@@ -8,6 +8,9 @@ import pytest
 import torch
 
 from attnres.hf.convert import ConversionError, convert_checkpoint, model_config_from_hf
+from attnres.hf.kimi_linear import kimi_linear_fields
+from attnres.model.config import (FULL_ATTENTION_EVERY, KIMI_FIRST_FULL_TRANSFORMERS, default_layer_types,
+                                  kimi_linear_layer_types)
 from attnres.residual import VARIANTS
 from tests.helpers import kimi_linear_in_float64, options_of
 
@@ -115,6 +118,24 @@ def test_the_layer_pattern_and_experts_are_read_as_transformers_reads_them(check
     assert grouped.mla.q_lora_rank == 12 and grouped.moe.num_groups == 2 and grouped.moe.routed_scale == 1.5
     kda = convert_checkpoint(checkpoints["checkpoint"][0]).config.kda
     assert (kda.num_heads, kda.head_dim, kda.short_conv_kernel_size) == (4, 4, 2)
+
+
+@pytest.mark.parametrize("layers", [1, 4, 5, 8, 9, 12, 27])
+def test_the_default_layer_patterns_are_transformers_and_the_checkpoints(layers):
+    """Kimi Linear's 3:1 pattern has two defaults, both from `kimi_linear_layer_types`: a config.json with
+    neither layer_types nor full_attn_layers converts to transformers' (0-based 4, 8, ... full); ModelConfig
+    with `kda` and no layer_types takes the released checkpoints' (full_attn_layers 4, 8, ..., 1-based)."""
+    reference = transformers.KimiLinearConfig(num_hidden_layers=layers).layer_types
+    assert list(kimi_linear_layer_types(layers, KIMI_FIRST_FULL_TRANSFORMERS)) == reference
+    assert kimi_linear_fields({"num_hidden_layers": layers})["layer_types"] == reference
+    full = list(range(FULL_ATTENTION_EVERY, layers + 1, FULL_ATTENTION_EVERY))  # as a checkpoint lists them
+    linear = {"full_attn_layers": full, "kda_layers": [n for n in range(1, layers + 1) if n not in full]}
+    from_checkpoint = transformers.KimiLinearConfig(num_hidden_layers=layers, linear_attn_config=linear).layer_types
+    assert list(default_layer_types(layers, linear=True)) == from_checkpoint
+    assert kimi_linear_fields({"num_hidden_layers": layers, "linear_attn_config": linear})["layer_types"] == \
+        from_checkpoint
+    if layers >= FULL_ATTENTION_EVERY:  # transformers' default is the checkpoints' a layer later
+        assert from_checkpoint != reference and reference[1:] == from_checkpoint[:-1]
 
 
 @pytest.mark.parametrize("field, value, message", [

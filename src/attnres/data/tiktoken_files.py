@@ -33,6 +33,7 @@ import warnings
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
+from attnres.common.json_files import read_json_object
 from attnres.data.data_error import DataError
 
 TIKTOKEN_FILE = "tiktoken.model"
@@ -245,14 +246,6 @@ def write_fast_tokenizer(source: str | os.PathLike[str], directory: str | os.Pat
 
 
 def _source_config(source: Path) -> dict:
-    path = source / _CONFIG_FILE
-    if not path.is_file():
-        raise DataError(f"tokenizer: {str(source)!r} has {TIKTOKEN_FILE} but no {_CONFIG_FILE} (its special tokens "
-                        f"and chat template); copy the checkpoint's {_CONFIG_FILE} beside it")
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"tokenizer: cannot read {path} ({exc}); replace it with the checkpoint's original") from exc
-    if not isinstance(config, dict):
-        raise DataError(f"tokenizer: {path} must hold a JSON object; replace it with the checkpoint's original")
-    return config
+    # beside tiktoken.model, the only record of the special tokens and the chat template
+    return read_json_object(source / _CONFIG_FILE, "tokenizer", error=DataError,
+                            hint=f"copy the checkpoint's original {_CONFIG_FILE} beside its {TIKTOKEN_FILE}")

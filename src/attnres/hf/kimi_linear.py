@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from attnres.hf.errors import ConversionError
+from attnres.model.config import KIMI_FIRST_FULL_TRANSFORMERS, kimi_linear_layer_types
 
 MODEL_TYPE = "kimi_linear"
 # checkpoint name -> attnres name, as a suffix of a layer's parameter
@@ -106,8 +107,9 @@ def _moe(hf_config: dict, layers: int) -> dict:
 
 
 def _layer_types(hf_config: dict, linear: dict, layers: int) -> list[str]:
-    """Each layer's token mixer, as transformers decides it: `layer_types`, else the checkpoint's
-    1-based full_attn_layers / kda_layers, else its default (layers 4, 8, ... counting from 0 full)."""
+    """Each layer's token mixer, as transformers' KimiLinearConfig decides it: `layer_types`, else the
+    checkpoint's 1-based full_attn_layers / kda_layers, else its default (layers 4, 8, ... counting from
+    0 full: `KIMI_FIRST_FULL_TRANSFORMERS`, not ModelConfig's own default for `kda`)."""
     if hf_config.get("layer_types") is not None:
         return list(hf_config["layer_types"])
     if "full_attn_layers" in linear and "kda_layers" in linear:
@@ -119,7 +121,7 @@ def _layer_types(hf_config: dict, linear: dict, layers: int) -> list[str]:
                                           f"numbered from 1 to num_hidden_layers={layers}")
                 types[number - 1] = kind
         return types
-    return ["full_attention" if i and i % 4 == 0 else "linear_attention" for i in range(layers)]
+    return list(kimi_linear_layer_types(layers, KIMI_FIRST_FULL_TRANSFORMERS))
 
 
 _FORGET_GATE = re.compile(r"(.*\.self_attn\.)(f_a_proj\.weight|f_b_proj\.weight|dt_bias|A_log)")

@@ -4,12 +4,12 @@ one line that names the file and what would work (transformers' own errors for t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from safetensors import SafetensorError, safe_open
 
 from attnres.common.errors import InputError
+from attnres.common.json_files import CONFIG_FILE, read_json_object
 from attnres.model import ModelConfig
 
 WHAT_WORKS = "give a directory written by `attnres convert` or a training checkpoint (runs/X/checkpoints/step_N)"
@@ -18,21 +18,13 @@ BIN_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 def check_model_dir(model_dir: str | Path, what: str = "MODEL") -> dict:
     """config.json's values of the attnres model directory `model_dir`; InputError (naming it as `what`,
-    the command's argument) for a missing directory or config.json, a config.json that is not a JSON
-    object, of another model type or with invalid fields, no weight file, or a safetensors file whose
+    the command's argument) for a config.json that is missing or not a JSON object (`read_json_object`'s
+    JSONFileError), of another model type or with invalid fields, no weight file, or a safetensors file whose
     header does not parse or whose data does not cover the file (corrupt, truncated). Reads the
     headers only, not the weights."""
     path = Path(model_dir)
     name = f"{what} {str(path)!r}"
-    config_path = path / "config.json"
-    if not config_path.is_file():
-        raise InputError(f"{name} is not a model directory (no config.json); {WHAT_WORKS}")
-    try:
-        values = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise InputError(f"{name}: config.json is not a JSON object ({error}); {WHAT_WORKS}") from None
-    if not isinstance(values, dict):
-        raise InputError(f"{name}: config.json is not a JSON object (got a {type(values).__name__}); {WHAT_WORKS}")
+    values = read_json_object(path / CONFIG_FILE, name, hint=WHAT_WORKS)
     model_type = values.get("model_type")
     if model_type != "attnres":
         raise InputError(f"{name} holds a {model_type!r} model, not an attnres one; convert it first: "

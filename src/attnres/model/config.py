@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from attnres.common.checks import check_bool, check_int, check_positive_number, divisors_hint, required_fields
 from attnres.common.deprecation import warn_deprecated
@@ -17,25 +17,51 @@ from attnres.residual.legacy import FLAT_OPTIONS, RUN_SETTINGS, upgrade_model_fi
 # sequence (grouped-query, or latent with `mla`), or Kimi Delta Attention (needs `kda`).
 LAYER_TYPES = ("full_attention", "linear_attention")
 MAX_LAYERS = 4096  # far deeper than any model trained (a few hundred layers); the checks are linear in depth
-FULL_ATTENTION_EVERY = 4  # Kimi Linear's pattern without layer_types: layers 4, 8, ... (1-based) full
+FULL_ATTENTION_EVERY = 4  # Kimi Linear's 3:1 pattern: every 4th layer full attention, the rest linear
+# Where that pattern's first full-attention layer sits (0-based), in the two defaults that differ:
+# ModelConfig's with `kda` and no layer_types (1-based 4, 8, ..., as the released checkpoints'
+# `full_attn_layers`), and transformers' KimiLinearConfig's for a config.json with neither
+# layer_types nor full_attn_layers (`i and i % 4 == 0`: 0-based 4, 8, ...), which conversion follows.
+KIMI_FIRST_FULL_ATTNRES = 3
+KIMI_FIRST_FULL_TRANSFORMERS = 4
+
+
+def kimi_linear_layer_types(num_layers: int, first_full: int) -> tuple[str, ...]:
+    """Kimi Linear's 3:1 pattern over `num_layers` layers: full attention at 0-based layers
+    first_full, first_full + FULL_ATTENTION_EVERY, ..., linear attention elsewhere."""
+    return tuple("full_attention" if i >= first_full and (i - first_full) % FULL_ATTENTION_EVERY == 0
+                 else "linear_attention" for i in range(num_layers))
 
 
 def default_layer_types(num_layers: int, linear: bool) -> tuple[str, ...]:
     """Every layer full attention; with `linear`, Kimi Linear's 3:1 pattern (every 4th layer full,
     counting from 1, the rest linear: `full_attn_layers` 4, 8, ... of its checkpoints)."""
-    return tuple("full_attention" if not linear or (i + 1) % FULL_ATTENTION_EVERY == 0 else "linear_attention"
-                 for i in range(num_layers))
+    if not linear:
+        return ("full_attention",) * num_layers
+    return kimi_linear_layer_types(num_layers, KIMI_FIRST_FULL_ATTNRES)
 
 
 # The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
 # holds any registered later.
 RESIDUALS = tuple(VARIANTS)
 
-# ModelConfig field -> the name transformers' configs and generation utilities use.
-HF_NAMES = {"num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
-            "num_kv_heads": "num_key_value_heads", "tie_embeddings": "tie_word_embeddings",
-            "rope_theta": "attnres_rope_theta", "norm_eps": "rms_norm_eps",
-            "max_seq_len": "max_position_embeddings", "init_std": "initializer_range"}
+
+def hf_field(hf_name: str | None = None, *, default=MISSING, hf_default=MISSING, hf_type: str | None = None):
+    """A ModelConfig field declared with how Hugging Face's config (`attnres.hf.AttnResConfig`, whose
+    fields are generated from these) spells it: `hf_name`, the name transformers' configs and
+    generation utilities use (default: the field's own); `hf_default`, the default there of a field
+    ModelConfig requires; `hf_type`, its JSON type there where it differs (an options object: a dict)."""
+    metadata = {"hf": hf_name} if hf_name else {}
+    if hf_default is not MISSING:
+        metadata["hf_default"] = hf_default
+    if hf_type:
+        metadata["hf_type"] = hf_type
+    return field(default=default, metadata=metadata)
+
+
+def hf_names(config_class: type) -> dict[str, str]:
+    """{field: its Hugging Face name} of a ModelConfig class, for the fields named otherwise there."""
+    return {f.name: f.metadata["hf"] for f in fields(config_class) if "hf" in f.metadata}
 
 
 class ConfigError(InputError):
@@ -62,26 +88,28 @@ class ModelConfig:
     it is a run setting (`TrainConfig.routing_impl`) or `AttnResLM.set_routing` on a loaded model.
     """
 
-    vocab_size: int
-    hidden_size: int
-    num_layers: int
-    num_heads: int
-    num_kv_heads: int
+    # The one table of fields: each one's Hugging Face name, default and type there (`hf_field`) sit
+    # beside it, and AttnResConfig's fields are generated from them.
+    vocab_size: int = hf_field(hf_default=32000)
+    hidden_size: int = hf_field(hf_default=512)
+    num_layers: int = hf_field("num_hidden_layers", hf_default=8)
+    num_heads: int = hf_field("num_attention_heads", hf_default=8)
+    num_kv_heads: int = hf_field("num_key_value_heads", hf_default=8)
     head_dim: int | None = None
-    intermediate_size: int
-    moe: MoEConfig | dict | None = None
-    mla: MLAConfig | dict | None = None
-    kda: KDAConfig | dict | None = None
-    layer_types: tuple[str, ...] | list | None = None
+    intermediate_size: int = hf_field(hf_default=1536)
+    moe: MoEConfig | dict | None = hf_field(default=None, hf_type="dict | None")
+    mla: MLAConfig | dict | None = hf_field(default=None, hf_type="dict | None")
+    kda: KDAConfig | dict | None = hf_field(default=None, hf_type="dict | None")
+    layer_types: tuple[str, ...] | list | None = hf_field(default=None, hf_type="list[str] | None")
     residual: str = "standard"
-    residual_options: VariantOptions | dict | None = None
-    tie_embeddings: bool = True
+    residual_options: VariantOptions | dict | None = hf_field(default=None, hf_type="dict | None")
+    tie_embeddings: bool = hf_field("tie_word_embeddings", default=True)
     qk_norm: bool = True
     attention_bias: bool = False
-    rope_theta: float = 1_000_000.0
-    norm_eps: float = 1e-6
-    max_seq_len: int = 2048
-    init_std: float = 0.02
+    rope_theta: float = hf_field("attnres_rope_theta", default=1_000_000.0)
+    norm_eps: float = hf_field("rms_norm_eps", default=1e-6)
+    max_seq_len: int = hf_field("max_position_embeddings", default=2048)
+    init_std: float = hf_field("initializer_range", default=0.02)
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -163,8 +191,8 @@ class ModelConfig:
 
     def to_hf_dict(self) -> dict:
         """The fields under Hugging Face's names: a `config.json` for `AttnResForCausalLM`."""
-        values = self.to_dict()
-        renamed = {HF_NAMES.get(name, name): value for name, value in values.items()}
+        values, names = self.to_dict(), hf_names(type(self))
+        renamed = {names.get(name, name): value for name, value in values.items()}
         return {"model_type": "attnres", "architectures": ["AttnResForCausalLM"], **renamed}
 
     @classmethod
@@ -173,12 +201,12 @@ class ModelConfig:
         before the options were typed loads too (`attnres.residual.legacy`)."""
         if not isinstance(values, dict):
             raise ConfigError(f"config.json must hold a JSON object of model fields, got {type(values).__name__}")
-        ours = {f.name for f in fields(cls)}
-        back = {hf: name for name, hf in HF_NAMES.items()}
+        ours, names = {f.name for f in fields(cls)}, hf_names(cls)
+        back = {hf: name for name, hf in names.items()}
         values, _ = upgrade_model_fields({back.get(key, key): value for key, value in values.items()},
                                          prefix="config.json: ", error=ConfigError)
         return cls._with_required({key: value for key, value in values.items() if key in ours}, "config.json",
-                                  HF_NAMES)
+                                  names)
 
     @classmethod
     def from_dict(cls, values: dict) -> "ModelConfig":
@@ -238,6 +266,9 @@ def _accepting_old_keywords(init):
 
 
 ModelConfig.__init__ = _accepting_old_keywords(ModelConfig.__init__)
+
+# ModelConfig field -> the name transformers' configs and generation utilities use (from `hf_field`).
+HF_NAMES = hf_names(ModelConfig)
 
 
 def variant_name(entry: dict) -> str:
