@@ -494,10 +494,10 @@ CASES = [
     # ---- finetune: INIT, a converted model's directory or a training checkpoint
     Case("finetune", "missing path", "INIT that does not exist",
          lambda w, t: ["finetune", str(t / "absent"), *ft_args(w, t)],
-         r"init_from: \S*absent/config\.json does not exist \(expected the output of `attnres convert`"),
+         r"init_from: \S*absent/config\.json does not exist; expected the output of `attnres convert`"),
     Case("finetune", "wrong directory", "a run directory (not one of its checkpoints)",
          lambda w, t: ["finetune", str(w.run), *ft_args(w, t)],
-         r"init_from: \S*run/config\.json does not exist \(expected the output of `attnres convert` or a training"),
+         r"init_from: \S*run/config\.json does not exist; expected the output of `attnres convert` or a training"),
     Case("finetune", "corrupt weights", "a converted model with corrupt weights",
          lambda w, t: ["finetune", model_dir(w, t, lambda d: corrupt(d / "model.safetensors")), *ft_args(w, t)],
          r"init_from: \S*model\.safetensors is corrupt or unreadable .*; convert the model again"),

@@ -186,6 +186,7 @@ MOVED_MODULES = [
     ("attnres.train.config", "attnres.train.train_config", "TrainConfig"),
     ("attnres.residual.streams", "attnres.residual.stream_scheme", "StreamScheme"),
     ("attnres.routing.streams", "attnres.routing.stream_mixer", "StreamMixer"),
+    ("attnres.hf.errors", "attnres.hf.conversion_error", "ConversionError"),
     ("attnres.report.analyze", "attnres.report.depth_analysis", "analyze"),
     ("attnres.report.analyze_plots", "attnres.report.depth_analysis_plots", "plot_cosine_matrices"),
     ("attnres.report.analyze_report", "attnres.report.depth_analysis_report", "cosine_routers"),

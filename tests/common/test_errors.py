@@ -10,7 +10,7 @@ from attnres.common.config_files import parse_assignment, read_yaml_mapping
 from attnres.common.errors import InputError
 from attnres.data import DataError
 from attnres.distributed.pipeline_layout import PipelineConfigError
-from attnres.hf.errors import ConversionError
+from attnres.hf.conversion_error import ConversionError
 from attnres.model import ConfigError
 from attnres.scaling.fit import FitError
 from attnres.scaling.preset import ScalingPresetError

@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 
 from attnres.common.deprecation import merge_old_option_keywords
 from attnres.common.json_files import CONFIG_FILE, read_json_object
-from attnres.hf.errors import ConversionError
+from attnres.hf.conversion_error import ConversionError
 from attnres.hf.gguf import read_gguf_config, read_gguf_weights
 from attnres.hf.kimi_linear import MODEL_TYPE as KIMI_LINEAR
 from attnres.hf.kimi_linear import RENAMED, kimi_linear_fields, runtime_state

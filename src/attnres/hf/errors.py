@@ -1,9 +1,5 @@
-"""The one exception type of checkpoint conversion."""
+"""Deprecated since attnres 0.3.0 (removed in 0.4.0): this module is `attnres.hf.conversion_error`."""
 
-from __future__ import annotations
+from attnres.common.deprecation import moved_module
 
-from attnres.common.errors import InputError
-
-
-class ConversionError(InputError):
-    """A checkpoint that cannot be converted; the message names what is unsupported or wrong."""
+__getattr__ = moved_module(__name__, "attnres.hf.conversion_error")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from attnres.hf.errors import ConversionError
+from attnres.hf.conversion_error import ConversionError
 
 
 def _split(path: str | Path) -> tuple[str, str]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnres.hf.errors import ConversionError
+from attnres.hf.conversion_error import ConversionError
 from attnres.model.config import KIMI_FIRST_FULL_TRANSFORMERS, kimi_linear_layer_types
 
 MODEL_TYPE = "kimi_linear"

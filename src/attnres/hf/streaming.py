@@ -42,7 +42,7 @@ from attnres.data.tiktoken_files import check_tiktoken_source
 from attnres.hf import export
 from attnres.hf.convert import (_checkpoint_directory, _listing, _read_sharded, check_tied_head, convert_state_dict,
                                 model_config_from_hf, read_source_config)
-from attnres.hf.errors import ConversionError
+from attnres.hf.conversion_error import ConversionError
 from attnres.hf.kimi_linear import MODEL_TYPE as KIMI_LINEAR
 from attnres.hf.kimi_linear import Parts, runtime_layout
 from attnres.model import AttnResLM, ModelConfig

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from attnres.common.config_files import parse_assignment, read_yaml_mapping
 from attnres.common.errors import InputError
+from attnres.common.json_files import CONFIG_FILE, read_json_object
 from attnres.data import DataConfig
 from attnres.model import ModelConfig
 from attnres.residual import check_routing
@@ -109,17 +109,9 @@ def finetune_defaults(init_from: str | Path) -> dict:
 
 def pretrained_model_fields(directory: str | Path) -> dict:
     """ModelConfig fields from `<directory>/config.json` (an attnres Hugging Face config)."""
-    path = Path(directory) / "config.json"
-    try:
-        values = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise RunConfigError(f"init_from: {path} does not exist (expected the output of `attnres convert` "
-                             f"or a training checkpoint directory)") from None
-    except (OSError, ValueError, RecursionError) as error:  # JSONDecodeError, UnicodeDecodeError: ValueErrors
-        raise RunConfigError(f"init_from: {path} is not valid JSON ({error})") from None
-    if not isinstance(values, dict):
-        raise RunConfigError(f"init_from: {path} must hold a JSON object (an attnres config.json), got "
-                             f"{type(values).__name__}")
+    path = Path(directory) / CONFIG_FILE
+    values = read_json_object(path, "init_from", error=RunConfigError,
+                              hint="expected the output of `attnres convert` or a training checkpoint directory")
     if values.get("model_type") != "attnres":
         raise RunConfigError(f"init_from: {path} describes a {values.get('model_type')!r} model; convert it "
                              f"first with `attnres convert`")
