@@ -45,96 +45,107 @@ def _router_name(r: int, layout: tuple[list[str], str]) -> str:
 def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dict[str, dict], list[str]]:
     """Draw every figure. Returns the shared figures [(rel path, alt, caption)], per-label figures
     {label: {"routing": (...), "cosines": (...)}} and notes on what was skipped."""
-    from attnres.report import depth_analysis_plots, plots  # matplotlib is slow to import: only when a report is written
-    from attnres.report.plots import heatmap_matrix, source_key
-    from attnres.report.style import series_styles
-
-    fig_dir = out_dir / "figures"
-    stats = {e["label"]: e["depth_stats"] for e in entries}
-    styles = series_styles({e["label"]: e for e in entries})  # each variant's look, as in every report
     routed = [e for e in entries if e["depth_stats"]["source_names"]]
     notes = [f"{e['label']} ({e['residual']}) has no routers: it appears in the hidden-RMS and gradient figures "
              "only; routing heatmaps, cosine matrices, max weight and entropy skip it." for e in entries
              if not e["depth_stats"]["source_names"]]
-    shared = []
+    shared = _depth_figures(entries, routed, out_dir / "figures")
+    per_label: dict[str, dict] = {}
+    used: set[str] = set()
+    for e in routed:
+        name = unique_name(slug(e["label"], fallback="checkpoint"), used)
+        per_label[e["label"]] = _checkpoint_figures(e, name, out_dir, notes)
+    return shared, per_label, notes
+
+
+def _depth_figures(entries: list[dict], routed: list[dict], fig_dir: Path) -> list[tuple]:
+    """The figures with one line per checkpoint: [(rel path, alt, caption)]."""
+    from attnres.report import depth_analysis_plots, plots  # matplotlib is slow to import: only when a report is written
+    from attnres.report.style import series_styles
+
+    stats = {e["label"]: e["depth_stats"] for e in entries}
+    styles = series_styles({e["label"]: e for e in entries})  # each variant's look, as in every report
 
     def single_source_none(values, names):
         return [None if len(n) < 2 else v for v, n in zip(values, names)]
 
     plots.plot_max_weight_by_depth({e["label"]: stats[e["label"]]["max_weight"] for e in routed},
                                    fig_dir / "max_weight_by_depth.png", "Routing sharpness by depth", styles)
-    shared.append(("figures/max_weight_by_depth.png", "max routing weight by depth",
-                   "Token-mean of each router's largest weight, one line per checkpoint: 1/n means uniform over n "
-                   "sources, 1 means one source takes everything. Single-source routers (such as router 0, which "
-                   "sees only the embedding) have no point; the last tick of a replacement variant is its final "
-                   "router."))
     depth_analysis_plots.plot_entropy_by_depth(
         {e["label"]: single_source_none(stats[e["label"]]["entropy"], stats[e["label"]]["source_names"])
          for e in routed},
         {e["label"]: single_source_none(stats[e["label"]]["effective_sources"], stats[e["label"]]["source_names"])
          for e in routed},
         fig_dir / "entropy_by_depth.png", "Routing entropy and effective sources by depth", styles)
-    shared.append(("figures/entropy_by_depth.png", "routing entropy and effective number of sources by depth",
-                   "Top: token-mean entropy of each router's weights in nats (0 = one source, ln n = uniform). "
-                   "Bottom: token-mean effective number of sources exp(H) (1 .. n). Single-source routers have "
-                   "no point."))
     plots.plot_hidden_rms_by_depth({e["label"]: stats[e["label"]]["hidden_rms"] for e in entries},
                                    fig_dir / "hidden_rms_by_depth.png", "Hidden-state RMS by depth", styles)
-    shared.append(("figures/hidden_rms_by_depth.png", "hidden-state RMS by depth",
-                   "RMS of each sub-layer's input h_s and of the final hidden state, one line per checkpoint; a "
-                   "steady rise with depth is the growth that dilutes deep layers' contributions."))
     depth_analysis_plots.plot_grad_norms_by_depth({e["label"]: e["grad_norms"] for e in entries},
-                                           fig_dir / "grad_norm_by_depth.png", "Gradient scale by depth", styles)
-    shared.append(("figures/grad_norm_by_depth.png", "gradient RMS by depth",
-                   "RMS of the gradient of the summed next-token loss with respect to each sub-layer's output "
-                   "(one token's loss terms; even: attention, odd: MLP), one line per checkpoint."))
+                                                  fig_dir / "grad_norm_by_depth.png", "Gradient scale by depth",
+                                                  styles)
+    return [("figures/max_weight_by_depth.png", "max routing weight by depth",
+             "Token-mean of each router's largest weight, one line per checkpoint: 1/n means uniform over n "
+             "sources, 1 means one source takes everything. Single-source routers (such as router 0, which "
+             "sees only the embedding) have no point; the last tick of a replacement variant is its final "
+             "router."),
+            ("figures/entropy_by_depth.png", "routing entropy and effective number of sources by depth",
+             "Top: token-mean entropy of each router's weights in nats (0 = one source, ln n = uniform). "
+             "Bottom: token-mean effective number of sources exp(H) (1 .. n). Single-source routers have "
+             "no point."),
+            ("figures/hidden_rms_by_depth.png", "hidden-state RMS by depth",
+             "RMS of each sub-layer's input h_s and of the final hidden state, one line per checkpoint; a "
+             "steady rise with depth is the growth that dilutes deep layers' contributions."),
+            ("figures/grad_norm_by_depth.png", "gradient RMS by depth",
+             "RMS of the gradient of the summed next-token loss with respect to each sub-layer's output "
+             "(one token's loss terms; even: attention, odd: MLP), one line per checkpoint.")]
 
-    per_label: dict[str, dict] = {}
-    used: set[str] = set()
-    for e in routed:
-        name = unique_name(slug(e["label"], fallback="checkpoint"), used)
-        names = e["depth_stats"]["source_names"]
-        rel = f"figures/routing_{name}.png"
-        mixers = plots.mixer_layout(e["depth_stats"])
-        depth_analysis_plots.plot_routing_heatmap_split(names, e["depth_stats"]["mean_weights"], out_dir / rel,
-                                                 f"Routing weights: {e['label']}", mixers)
-        columns = heatmap_matrix(names, e["depth_stats"]["mean_weights"])[0]
-        layout = ("averages after layers (rows), their plain scalar weights, any sign, on the [0, 1] colour scale "
-                  "(the cells print the values)" if mixers[1] != plots.ROUTER_AXIS else
-                  "attention routers (even sub-layers) on top, MLP routers (odd sub-layers) below with the final "
-                  "router, where the variant has one, as the last row")
-        figures = {"routing": (rel, f"routing weights of {e['label']}",
-                               f"{e['label']}: mean weight each router (row) gives each source (column), "
-                               f"{layout}. Blank cells are sources the router cannot see. Sources: "
-                               f"{source_key(columns)}.")}
-        chosen = cosine_routers(names)
-        e["cosine_routers"] = chosen
-        if chosen:
-            rel = f"figures/cosines_{name}.png"
-            depth_analysis_plots.plot_cosine_matrices(
-                {_router_name(r, mixers): (names[r], e["source_cosines"][r]) for r in chosen},
-                out_dir / rel, f"Source cosine similarity: {e['label']}")
-            figures["cosines"] = (rel, f"source cosine similarity of {e['label']}",
-                                  f"{e['label']}: token-mean cosine similarity between the sources of "
-                                  f"{', '.join(_router_name(r, mixers) for r in chosen)}, one panel each "
-                                  "(red: the same direction, blue: opposite). Near 1: the router chooses between "
-                                  "nearly identical directions. Sources: "
-                                  f"{source_key([n for r in chosen for n in names[r]])}. "
-                                  "All routers' matrices are in analysis.json.")
-        else:
-            notes.append(f"{e['label']}: no router with two or more sources, so no cosine matrices.")
-        if e.get("causal"):
-            rel = f"figures/causal_{name}.png"
-            depth_analysis_plots.plot_causal_routing(e["causal"]["routers"], out_dir / rel,
-                                              f"Routing mass against causal effect: {e['label']}")
-            figures["causal"] = (rel, f"routing mass against causal effect of {e['label']}",
-                                 f"{e['label']}: each point is one source of one router; x is the router's mean "
-                                 "weight on it, y the change of the held-out loss when that router alone sees it "
-                                 "replaced (by zero, then by its mean over the batch's tokens). If routing mass "
-                                 "tracked importance, points would rise to the right; the bottom panel gives each "
-                                 "router's Spearman rho (routers with three or more sources and varying mass).")
-        per_label[e["label"]] = figures
-    return shared, per_label, notes
+
+def _checkpoint_figures(e: dict, name: str, out_dir: Path, notes: list[str]) -> dict:
+    """One routed checkpoint's figures {"routing": (rel, alt, caption), "cosines": ..., "causal": ...};
+    records the routers its cosine panels show in e["cosine_routers"] and appends to `notes` what it skips."""
+    from attnres.report import depth_analysis_plots, plots
+    from attnres.report.plots import heatmap_matrix, source_key
+
+    names = e["depth_stats"]["source_names"]
+    rel = f"figures/routing_{name}.png"
+    mixers = plots.mixer_layout(e["depth_stats"])
+    depth_analysis_plots.plot_routing_heatmap_split(names, e["depth_stats"]["mean_weights"], out_dir / rel,
+                                                    f"Routing weights: {e['label']}", mixers)
+    columns = heatmap_matrix(names, e["depth_stats"]["mean_weights"])[0]
+    layout = ("averages after layers (rows), their plain scalar weights, any sign, on the [0, 1] colour scale "
+              "(the cells print the values)" if mixers[1] != plots.ROUTER_AXIS else
+              "attention routers (even sub-layers) on top, MLP routers (odd sub-layers) below with the final "
+              "router, where the variant has one, as the last row")
+    figures = {"routing": (rel, f"routing weights of {e['label']}",
+                           f"{e['label']}: mean weight each router (row) gives each source (column), "
+                           f"{layout}. Blank cells are sources the router cannot see. Sources: "
+                           f"{source_key(columns)}.")}
+    chosen = cosine_routers(names)
+    e["cosine_routers"] = chosen
+    if chosen:
+        rel = f"figures/cosines_{name}.png"
+        depth_analysis_plots.plot_cosine_matrices(
+            {_router_name(r, mixers): (names[r], e["source_cosines"][r]) for r in chosen},
+            out_dir / rel, f"Source cosine similarity: {e['label']}")
+        figures["cosines"] = (rel, f"source cosine similarity of {e['label']}",
+                              f"{e['label']}: token-mean cosine similarity between the sources of "
+                              f"{', '.join(_router_name(r, mixers) for r in chosen)}, one panel each "
+                              "(red: the same direction, blue: opposite). Near 1: the router chooses between "
+                              "nearly identical directions. Sources: "
+                              f"{source_key([n for r in chosen for n in names[r]])}. "
+                              "All routers' matrices are in analysis.json.")
+    else:
+        notes.append(f"{e['label']}: no router with two or more sources, so no cosine matrices.")
+    if e.get("causal"):
+        rel = f"figures/causal_{name}.png"
+        depth_analysis_plots.plot_causal_routing(e["causal"]["routers"], out_dir / rel,
+                                                 f"Routing mass against causal effect: {e['label']}")
+        figures["causal"] = (rel, f"routing mass against causal effect of {e['label']}",
+                             f"{e['label']}: each point is one source of one router; x is the router's mean "
+                             "weight on it, y the change of the held-out loss when that router alone sees it "
+                             "replaced (by zero, then by its mean over the batch's tokens). If routing mass "
+                             "tracked importance, points would rise to the right; the bottom panel gives each "
+                             "router's Spearman rho (routers with three or more sources and varying mass).")
+    return figures
 
 
 def summary_row(entry: dict) -> list[str]:
