@@ -208,73 +208,17 @@ def _lm_eval(args: argparse.Namespace) -> int:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    import torch
+    from attnres.hf.generate_text import GenerationRequest, generate_text, timing_lines
 
-    from attnres.common.checks import check_int, check_positive_number
-    from attnres.common.errors import InputError
-    from attnres.common.machine import cpu_has_native_bf16
-    from attnres.common.precision import WEIGHT_DTYPES
-    from attnres.hf.fast_generation import load_model_dir
-    from attnres.model.memory_traffic import copy_bandwidth_gb_s
-
-    check_int(args.max_new_tokens, "--max-new-tokens")
-    check_int(args.threads, "--threads", allow_none=True)
-    if not args.prompt:
-        raise InputError("--prompt must be a non-empty text")
-    if args.temperature is not None:
-        check_positive_number(args.temperature, "--temperature")
-    if args.top_k is not None:
-        check_int(args.top_k, "--top-k", minimum=0)
-    if args.top_p is not None and not 0 < args.top_p <= 1:
-        raise InputError(f"--top-p must be a number in (0, 1], got {args.top_p}")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    dtype = WEIGHT_DTYPES[args.dtype]
-    model, tokenizer = load_model_dir(args.model, args.device, dtype)
-    model.set_routing(args.routing_impl)
-    if args.dtype == "bf16" and args.device == "cpu" and not cpu_has_native_bf16():
-        print("note: this CPU has no native bf16 (avx512_bf16, amx_bf16): bf16 is emulated here and slower than "
-              "fp32; drop --dtype bf16", file=sys.stderr)
-    text = args.prompt
-    if args.chat:
-        if not getattr(tokenizer, "chat_template", None):
-            raise InputError(f"--chat: the tokenizer of {args.model} has no chat template; drop --chat")
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
-    ids = tokenizer(text, return_tensors="pt")["input_ids"].to(args.device)
-    options = {"do_sample": False}
-    given = [flag for flag, value in (("--temperature", args.temperature), ("--top-k", args.top_k),
-                                      ("--top-p", args.top_p), ("--seed", args.seed)) if value is not None]
-    if given and not args.sample:
-        raise InputError(f"{', '.join(given)} only apply with --sample (greedy decoding has no randomness)")
-    if args.sample:
-        if args.seed is not None:
-            torch.manual_seed(args.seed)
-        options = {"do_sample": True, **{key: value for key, value in (
-            ("temperature", args.temperature), ("top_k", args.top_k), ("top_p", args.top_p)) if value is not None}}
-    result = model.generate_fast(ids, max_new_tokens=args.max_new_tokens, precision=args.precision,
-                                 compile="auto" if args.compile is None else args.compile, **options)
-    print(tokenizer.decode(result.sequences[0, ids.shape[1]:], skip_special_tokens=True))
-    if args.compile is False:
-        compiled = "none (--no-compile: the same fixed-shape step runs eagerly)"
-    elif result.compile_mode is None:
-        compiled = f"none ({result.compile_choice}; --compile forces it)"
-    else:
-        compiled = f"{result.compile_s:.1f} s (the first decode step: torch.compile, mode {result.compile_mode!r})"
-    print(f"prompt: {result.prompt_tokens} tokens, prefill {result.prefill_s:.3f} s "
-          f"({result.prefill_tokens_per_s:.1f} tokens/s)\n"
-          f"compile: {compiled}\n"
-          f"decode: {result.decode_steps} tokens in {result.decode_s:.3f} s "
-          f"({result.decode_tokens_per_s:.1f} tokens/s); {result.new_tokens} new tokens in all, weights {args.dtype}, "
-          f"precision {args.precision}, {torch.get_num_threads()} threads, {args.device}",
-          file=sys.stderr)
-    if result.decode_steps and args.device == "cpu":
-        limit = copy_bandwidth_gb_s()
-        size = result.decode_bytes_per_step
-        size = f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
-        print(f"memory: {size} of weights and KV cache read per step, "
-              f"{result.decode_gb_per_s:.1f} GB/s: {100 * result.decode_gb_per_s / limit:.0f} % of this machine's "
-              f"copy bandwidth ({limit:.1f} GB/s, measured now)", file=sys.stderr)
+    request = GenerationRequest(
+        prompt=args.prompt, max_new_tokens=args.max_new_tokens, dtype=args.dtype, precision=args.precision,
+        compile=args.compile, threads=args.threads, chat=args.chat, sample=args.sample,
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        routing_impl=args.routing_impl, device=args.device)
+    text, result = generate_text(args.model, request)
+    print(text)
+    for line in timing_lines(result, request):
+        print(line, file=sys.stderr)
     return 0
 
 

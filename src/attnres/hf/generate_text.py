@@ -1,0 +1,118 @@
+"""Text generation from a model directory, as `attnres generate` does it: the request validated once
+(`GenerationRequest`), the model loaded and decoded (`generate_text`), and the lines that say what
+the decoding cost (`timing_lines`). The command line only parses its flags into a request.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from attnres.common.checks import check_int, check_positive_number
+from attnres.common.errors import InputError
+from attnres.common.machine import cpu_has_native_bf16
+from attnres.common.precision import WEIGHT_DTYPES
+from attnres.hf.fast_generation import load_model_dir
+from attnres.model.memory_traffic import copy_bandwidth_gb_s
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation: the prompt and how to decode it. Names are the command's flags; the checks run
+    at construction and name the flag. `compile`: None decides by the measured cost (`generate_fast`'s
+    "auto"); `temperature`, `top_k`, `top_p` and `seed` need `sample`."""
+
+    prompt: str
+    max_new_tokens: int = 64
+    dtype: str = "fp32"
+    precision: str = "fp32"
+    compile: bool | None = None
+    threads: int | None = None
+    chat: bool = False
+    sample: bool = False
+    temperature: float | None = None
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    routing_impl: str = "auto"
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        check_int(self.max_new_tokens, "--max-new-tokens")
+        check_int(self.threads, "--threads", allow_none=True)
+        if not self.prompt:
+            raise InputError("--prompt must be a non-empty text")
+        if self.temperature is not None:
+            check_positive_number(self.temperature, "--temperature")
+        if self.top_k is not None:
+            check_int(self.top_k, "--top-k", minimum=0)
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise InputError(f"--top-p must be a number in (0, 1], got {self.top_p}")
+        given = [flag for flag, value in (("--temperature", self.temperature), ("--top-k", self.top_k),
+                                          ("--top-p", self.top_p), ("--seed", self.seed)) if value is not None]
+        if given and not self.sample:
+            raise InputError(f"{', '.join(given)} only apply with --sample (greedy decoding has no randomness)")
+
+    def sampling_options(self) -> dict:
+        """`generate_fast`'s decoding keywords: greedy, or sampling with the values given (the model's
+        generation defaults for the others)."""
+        if not self.sample:
+            return {"do_sample": False}
+        given = (("temperature", self.temperature), ("top_k", self.top_k), ("top_p", self.top_p))
+        return {"do_sample": True, **{key: value for key, value in given if value is not None}}
+
+
+def generate_text(model_dir: str | Path, request: GenerationRequest,
+                  note: Callable[[str], None] = lambda line: print(line, file=sys.stderr)):
+    """(the generated text, `generate_fast`'s result) for `request` from the model in `model_dir` (a
+    converted model or a training checkpoint). `note` gets one-line advice, such as bf16 being
+    emulated on this CPU. Sets torch's threads when the request names them."""
+    if request.threads is not None:
+        torch.set_num_threads(request.threads)
+    model, tokenizer = load_model_dir(model_dir, request.device, WEIGHT_DTYPES[request.dtype])
+    model.set_routing(request.routing_impl)
+    if request.dtype == "bf16" and request.device == "cpu" and not cpu_has_native_bf16():
+        note("note: this CPU has no native bf16 (avx512_bf16, amx_bf16): bf16 is emulated here and slower than "
+             "fp32; drop --dtype bf16")
+    text = request.prompt
+    if request.chat:
+        if not getattr(tokenizer, "chat_template", None):
+            raise InputError(f"--chat: the tokenizer of {model_dir} has no chat template; drop --chat")
+        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True)
+    ids = tokenizer(text, return_tensors="pt")["input_ids"].to(request.device)
+    if request.sample and request.seed is not None:
+        torch.manual_seed(request.seed)
+    result = model.generate_fast(ids, max_new_tokens=request.max_new_tokens, precision=request.precision,
+                                 compile="auto" if request.compile is None else request.compile,
+                                 **request.sampling_options())
+    return tokenizer.decode(result.sequences[0, ids.shape[1]:], skip_special_tokens=True), result
+
+
+def timing_lines(result, request: GenerationRequest) -> list[str]:
+    """What the decoding cost: prompt and prefill, compile, decode, and on a CPU the bytes each step
+    read against this machine's copy bandwidth (measured now)."""
+    if request.compile is False:
+        compiled = "none (--no-compile: the same fixed-shape step runs eagerly)"
+    elif result.compile_mode is None:
+        compiled = f"none ({result.compile_choice}; --compile forces it)"
+    else:
+        compiled = f"{result.compile_s:.1f} s (the first decode step: torch.compile, mode {result.compile_mode!r})"
+    lines = [f"prompt: {result.prompt_tokens} tokens, prefill {result.prefill_s:.3f} s "
+             f"({result.prefill_tokens_per_s:.1f} tokens/s)\n"
+             f"compile: {compiled}\n"
+             f"decode: {result.decode_steps} tokens in {result.decode_s:.3f} s "
+             f"({result.decode_tokens_per_s:.1f} tokens/s); {result.new_tokens} new tokens in all, weights "
+             f"{request.dtype}, precision {request.precision}, {torch.get_num_threads()} threads, {request.device}"]
+    if result.decode_steps and request.device == "cpu":
+        limit = copy_bandwidth_gb_s()
+        size = result.decode_bytes_per_step
+        size = f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+        lines.append(f"memory: {size} of weights and KV cache read per step, "
+                     f"{result.decode_gb_per_s:.1f} GB/s: {100 * result.decode_gb_per_s / limit:.0f} % of this "
+                     f"machine's copy bandwidth ({limit:.1f} GB/s, measured now)")
+    return lines
