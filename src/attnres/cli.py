@@ -21,6 +21,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from attnres.common.run_options import check_out_dir, check_run_options, parse_shard
+
 
 def _train(args: argparse.Namespace) -> int:
     from attnres.train import load_run_config
@@ -73,8 +75,8 @@ def _compare(args: argparse.Namespace) -> int:
 
     preset = load_preset(args.preset, args.set)
     out = Path(args.out or f"reports/compare-{preset.name}")
-    _check_run_options(out, args.seeds)
-    shard = _parse_shard(args.shard)
+    check_run_options(out, args.seeds)
+    shard = parse_shard(args.shard)
     runner = run_compare if preset.protocol is None else run_protocol  # a `protocol:` section: the fair fight
     results = runner(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
                      device=args.device, shard=shard)
@@ -93,12 +95,12 @@ def _scaling(args: argparse.Namespace) -> int:
 
     preset = load_preset(args.preset, args.set, variants=args.variants, sizes=args.sizes)
     out = Path(args.out or f"reports/scaling-{preset.name}")
-    _check_run_options(out, args.seeds)
+    check_run_options(out, args.seeds)
     check_int(args.replicates, "--replicates")
     if args.dry_run:
         print(plan_text(preset, plan_sweep(preset, out, seeds=args.seeds)))
         return 0
-    shard = _parse_shard(args.shard)
+    shard = parse_shard(args.shard)
     results = run_sweep(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv), device=args.device,
                         shard=shard, launcher=args.launcher, replicates=args.replicates,
                         cost_repeats=args.cost_repeats)
@@ -109,46 +111,13 @@ def _scaling(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_run_options(out: Path, seeds: int | None) -> None:
-    """compare's and scaling's --out and --seeds, checked before anything is trained or written."""
-    from attnres.common.checks import check_int
-
-    _check_out_dir(out)
-    if seeds is not None:  # not 0, which would mean the preset's
-        check_int(seeds, "--seeds")
-
-
-def _check_out_dir(out: Path) -> None:
-    """InputError for an --out that exists and is not a folder: refused now, not after the work is done."""
-    from attnres.common.errors import InputError
-
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file, not a folder; give a folder path (it is created if missing)")
-
-
-def _parse_shard(text: str | None) -> tuple[int, int]:
-    """'I/N' -> (I, N); None -> (0, 1)."""
-    if text is None:
-        return (0, 1)
-    try:
-        index, count = (int(part) for part in text.split("/"))
-    except ValueError:
-        index, count = -1, 0
-    if not 0 <= index < count:
-        from attnres.common.errors import InputError
-
-        raise InputError(f"--shard must be I/N with 0 <= I < N, e.g. 0/2; got {text!r}")
-    return index, count
-
-
 def _convert(args: argparse.Namespace) -> int:
-    from attnres.common.config_files import parse_assignment
     from attnres.common.precision import WEIGHT_DTYPES
+    from attnres.hf.convert_options import DEPRECATED_FLAGS, convert_options
     from attnres.hf.streaming import stream_to_hf
 
     dtype = WEIGHT_DTYPES[args.dtype]
-    options = dict(parse_assignment(item, "--option", "NAME=VALUE (e.g. num_blocks=4)") for item in args.option)
-    options.update(_deprecated_convert_flags(args, options))
+    options = convert_options(args.option, {name: getattr(args, f"deprecated_{name}") for name in DEPRECATED_FLAGS})
     # safetensors sources stream in bounded memory; a GGUF file or pytorch_model.bin converts in memory
     done = stream_to_hf(args.source, args.out, residual=args.residual, residual_options=options, dtype=dtype,
                         max_seq_len=args.max_seq_len, max_shard_size=args.max_shard_size)
@@ -158,44 +127,13 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}  # the long names earlier versions took
-# attnres convert's flags of 0.1.0 (deprecated in 0.2.0) -> the variant option each one set
-DEPRECATED_CONVERT_FLAGS = {"num_blocks": "--num-blocks", "exact_conversion": "--exact"}
-
-
-def _deprecated_convert_flags(args: argparse.Namespace, options: dict) -> dict:
-    """The options that --num-blocks and --exact set, each with a one-line note naming --option."""
-    from attnres.common.deprecation import deprecation_message
-    from attnres.common.errors import InputError
-
-    given = {}
-    for name, flag in DEPRECATED_CONVERT_FLAGS.items():
-        value = getattr(args, f"deprecated_{name}")
-        if value is None:
-            continue
-        print(f"attnres convert: {deprecation_message(f'{flag} {value}', f'--option {name}={value}')}", file=sys.stderr)
-        if name in options and str(options[name]) != str(value):
-            raise InputError(f"attnres convert: {flag} {value} contradicts --option {name}={options[name]}; give one")
-        given[name] = value
-    return given
 
 
 def _lm_eval(args: argparse.Namespace) -> int:
-    from attnres.common.checks import check_int
-    from attnres.common.errors import InputError
-    from attnres.hf.lm_eval import PAPER_TASKS, run_lm_eval
+    from attnres.hf.lm_eval import check_lm_eval_options, parse_tasks, run_lm_eval
 
-    tasks = list(PAPER_TASKS) if args.tasks == "paper" else [t.strip() for t in args.tasks.split(",") if t.strip()]
-    if not tasks:
-        raise InputError(f"--tasks must name lm-eval tasks, comma-separated (e.g. arc_easy,piqa), or 'paper'; "
-                         f"got {args.tasks!r}")
-    check_int(args.batch_size, "--batch-size")
-    if args.limit is not None:
-        check_int(args.limit, "--limit")
-    if args.include_path is not None and not Path(args.include_path).is_dir():
-        raise InputError(f"--include-path {args.include_path} is not a folder; give a folder of task YAML files")
-    if args.out and (Path(args.out).is_dir() or not Path(args.out).parent.is_dir()):
-        raise InputError(f"--out {args.out}: give a file path in an existing folder (the results JSON is written "
-                         f"there)")
+    tasks = parse_tasks(args.tasks)
+    check_lm_eval_options(args.batch_size, args.limit, args.include_path, args.out)
     results = run_lm_eval(args.model, tasks, include_path=args.include_path, batch_size=args.batch_size,
                           limit=args.limit, device=args.device)
     text = json.dumps(results, indent=2, default=str)
@@ -229,7 +167,7 @@ def _bench(args: argparse.Namespace) -> int:
     config = resolve_config(args.preset, args.quick, args.set,
                             **{name: getattr(args, name) for name in SETTING_NAMES})
     out = Path(args.out or f"reports/bench-{'quick' if args.quick else Path(args.preset).stem}")
-    _check_out_dir(out)
+    check_out_dir(out)
     results = run_bench(config, out, command="attnres " + shlex.join(args.argv))
     print()
     print(format_markdown(results))
@@ -242,7 +180,7 @@ def _analyze(args: argparse.Namespace) -> int:
     from attnres.report.depth_analysis import analyze
 
     out = Path(args.out)
-    _check_out_dir(out)
+    check_out_dir(out)
     if args.seq_len is not None:
         check_int(args.seq_len, "--seq-len")
     check_int(args.batch_size, "--batch-size")

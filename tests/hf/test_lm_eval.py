@@ -147,3 +147,17 @@ def test_lm_eval_scores_equal_at_batch_size_1_and_4(tmp_path, recorded):
     prefills = [(b, padded) for b, padded, cached in recorded["batches"] if cached]
     assert any(padded for _, padded in scored)  # loglikelihood: rows of different lengths, right-padded
     assert any(padded for _, padded in prefills)  # generate_until: left-padded prompts with a mask
+
+
+def test_the_request_is_checked_before_the_model_loads(tmp_path):
+    from attnres.common.errors import InputError
+    from attnres.hf.lm_eval import PAPER_TASKS, check_lm_eval_options, parse_tasks
+
+    assert parse_tasks("paper") == list(PAPER_TASKS) and parse_tasks(" piqa, arc_easy ,") == ["piqa", "arc_easy"]
+    with pytest.raises(InputError, match=r"--tasks must name lm-eval tasks"):
+        parse_tasks(" , ")
+    check_lm_eval_options(1, None, tmp_path, tmp_path / "results.json")
+    with pytest.raises(InputError, match=r"--include-path \S+ is not a folder"):
+        check_lm_eval_options(1, None, tmp_path / "absent", None)
+    with pytest.raises(InputError, match=r"--out \S+: give a file path in an existing folder"):
+        check_lm_eval_options(1, 5, None, tmp_path)

@@ -10,11 +10,33 @@ import difflib
 from pathlib import Path
 
 import attnres.hf  # noqa: F401  (registers the Auto classes before lm-eval loads the model)
+from attnres.common.checks import check_int
 from attnres.common.errors import InputError
 from attnres.hf.model_dir import check_model_dir, load_tokenizer
 
 # The Delta paper's zero-shot suite (needs hub access for the datasets).
 PAPER_TASKS = ("hellaswag", "arc_easy", "arc_challenge", "piqa", "winogrande", "boolq", "mmlu", "lambada_openai")
+
+
+def parse_tasks(text: str) -> list[str]:
+    """--tasks: comma-separated lm-eval task names, or "paper" for the Delta paper's eight."""
+    tasks = list(PAPER_TASKS) if text == "paper" else [t.strip() for t in text.split(",") if t.strip()]
+    if not tasks:
+        raise InputError(f"--tasks must name lm-eval tasks, comma-separated (e.g. arc_easy,piqa), or 'paper'; "
+                         f"got {text!r}")
+    return tasks
+
+
+def check_lm_eval_options(batch_size: int, limit: int | None, include_path: str | Path | None,
+                          out: str | Path | None) -> None:
+    """`attnres lm-eval`'s numbers and paths, refused before the model loads, each naming its flag."""
+    check_int(batch_size, "--batch-size")
+    if limit is not None:
+        check_int(limit, "--limit")
+    if include_path is not None and not Path(include_path).is_dir():
+        raise InputError(f"--include-path {include_path} is not a folder; give a folder of task YAML files")
+    if out and (Path(out).is_dir() or not Path(out).parent.is_dir()):
+        raise InputError(f"--out {out}: give a file path in an existing folder (the results JSON is written there)")
 
 
 def run_lm_eval(model_dir: str | Path, tasks: list[str], include_path: str | Path | None = None,
