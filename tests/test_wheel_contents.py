@@ -53,6 +53,6 @@ def test_no_page_generator_result_file_or_repository_script_is_in_the_wheel(whee
 
 
 def test_what_a_user_imports_and_runs_is_in_the_wheel(wheel_names):
-    for needed in ("attnres/__init__.py", "attnres/cli.py", "attnres/hf/modeling.py",
+    for needed in ("attnres/__init__.py", "attnres/cli.py", "attnres/cli_arguments.py", "attnres/hf/modeling.py",
                    "attnres/routing/csrc/", "attnres/configs/compare/smoke.yaml"):
         assert any(name.startswith(needed) for name in wheel_names), needed

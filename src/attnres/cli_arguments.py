@@ -1,0 +1,285 @@
+"""The `attnres` command line's arguments: one small function per command adds its parser
+(`_compare_parser`, ...), and `build_parser` assembles them. What each command then does is in
+`attnres.cli`, which looks its handler up by the command's name."""
+
+from __future__ import annotations
+
+import argparse
+
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}  # the long names earlier versions took
+DEVICE_HELP = "cpu, cuda or cuda:N (default: %(default)s)"
+
+
+def _preset_help(kind: str) -> str:
+    """The --preset help of command `kind`, listing its bundled presets (read from the package, so it cannot
+    go stale)."""
+    from attnres.common.config_files import bundled_presets
+
+    return (f"a bundled preset (configs/{kind}/NAME.yaml: {', '.join(bundled_presets(kind))}) or a preset "
+            f"YAML path (default: %(default)s)")
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help=f"override a config value, {example}; repeatable (default: none)")
+    parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu or cuda; under torchrun each process takes cuda:LOCAL_RANK "
+                             "(docs/how-to/scale-out.md) (default: %(default)s)")
+
+
+def _compare_parser(sub) -> None:
+    compare = sub.add_parser("compare", help="train every residual variant on the same data and write a report")
+    compare.add_argument("--preset", default="default",
+                         help=_preset_help("compare"))
+    compare.add_argument("--seeds", type=int, default=None,
+                         help="seeds per variant; with a preset's protocol, the final seeds at each variant's "
+                              "chosen rate (default: the preset's)")
+    compare.add_argument("--out", default=None, help="report folder (default: reports/compare-PRESET)")
+    compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override the preset's run, its cost measurement or its protocol, e.g. --set "
+                              "train.steps=100 --set cost.repeats=20 --set protocol.grid_seeds=1; repeatable "
+                              "(default: none)")
+    compare.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    compare.add_argument("--shard", default=None, metavar="I/N",
+                         help="train only runs I, I+N, ... (with a protocol: the seeds I mod N, waiting where a "
+                              "stage needs the other shards' runs) and write no report (N processes share a "
+                              "comparison; finished runs are reused, so a last call without --shard writes the "
+                              "report) (default: all runs, then the report)")
+
+
+def _scaling_parser(sub) -> None:
+    scaling = sub.add_parser("scaling", help="train a grid of model sizes for every variant, fit loss against "
+                                             "compute and report each variant's compute advantage "
+                                             "(docs/how-to/scaling-sweep.md)")
+    scaling.add_argument("--preset", default="cpu",
+                         help=_preset_help("scaling"))
+    scaling.add_argument("--variants", nargs="+", default=None, metavar="NAME",
+                         help="only these of the preset's variants, by name or residual; standard must be one "
+                              "(default: all)")
+    scaling.add_argument("--sizes", nargs="+", default=None, metavar="NAME",
+                         help="only these of the preset's sizes, by name (dWIDTH-lLAYERS, e.g. d64-l8; --dry-run "
+                              "lists them); at least 2 (default: all)")
+    scaling.add_argument("--seeds", type=int, default=None,
+                         help="seeds at every size (default: each size's own, else the preset's)")
+    scaling.add_argument("--out", default=None, help="report folder (default: reports/scaling-PRESET)")
+    scaling.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="override the preset's base run or its rules, e.g. --set train.lr=1e-3 "
+                              "--set rules.tokens_per_parameter=5; repeatable (default: none)")
+    scaling.add_argument("--dry-run", action="store_true",
+                         help="print the plan (runs, parameters, tokens, FLOPs, GPU-hours) and train nothing")
+    scaling.add_argument("--shard", default=None, metavar="I/N",
+                         help="train only this FLOPs-balanced share of the runs and write no report; a last call "
+                              "without --shard reuses every finished run and writes the report (default: all)")
+    scaling.add_argument("--launcher", default=None, metavar="COMMAND",
+                         help="run each training as `COMMAND -m attnres train --config RUN/config.yaml`, e.g. "
+                              "\"torchrun --nproc-per-node 8\" (default: in this process)")
+    scaling.add_argument("--replicates", type=int, default=1000,
+                         help="bootstrap replicates of the fit's intervals (default: %(default)s)")
+    scaling.add_argument("--cost-repeats", type=int, default=11,
+                         help="rounds of the step-time measurement at the largest size, every variant interleaved in "
+                              "this process (5 or more); 0 skips it, e.g. when that model does not fit one device "
+                              "(default: %(default)s)")
+    scaling.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+def _train_parser(sub) -> None:
+    train = sub.add_parser("train", help="train one model from a YAML config")
+    train.add_argument("--config", required=True, help="YAML file with model, data and train sections (required)")
+    _add_run_arguments(train, "e.g. --set model.residual=delta_block --set train.lr=1e-3")
+
+
+def _finetune_parser(sub) -> None:
+    finetune = sub.add_parser("finetune", help="fine-tune a converted model (the Delta paper's recipe by default)")
+    finetune.add_argument("init", help="a directory from `attnres convert` (or a training checkpoint)")
+    finetune.add_argument("--config", default=None,
+                          help="YAML with data/train/out_dir (model fields come from INIT) (default: the recipe "
+                               "with INIT's tokenizer, every other field at its default)")
+    _add_run_arguments(finetune, "e.g. --set train.query_init=normal --set train.steps=300")
+
+
+def _eval_parser(sub) -> None:
+    evaluate = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint (or a run's latest)")
+    evaluate.add_argument("checkpoint", help="a checkpoint directory (runs/X/checkpoints/step_N) or a run directory")
+    evaluate.add_argument("--max-batches", type=int, default=None,
+                          help="held-out batches to evaluate (default: the run's train.eval_batches)")
+    evaluate.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+def _convert_parser(sub) -> None:
+    from attnres.residual import VARIANTS
+
+    convert = sub.add_parser("convert", help="convert a Hugging Face Qwen3/Qwen2/Llama/Mistral/Kimi Linear checkpoint")
+    convert.add_argument("source", help="a local Hugging Face checkpoint directory (config.json + safetensors) "
+                                        "or a .gguf file")
+    convert.add_argument("--residual", default="standard", choices=list(VARIANTS),
+                         help="the residual variant of the converted model, one of %(choices)s (default: %(default)s)")
+    convert.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
+                         help="an option of the residual variant (repeatable; docs/reference/config.md lists each "
+                              "variant's), e.g. --option num_blocks=4 --option exact_conversion=gate (default: none)")
+    # 0.1.0's spellings of two options, deprecated in 0.2.0: they still work, with a note naming --option
+    convert.add_argument("--num-blocks", type=int, dest="deprecated_num_blocks", help=argparse.SUPPRESS)
+    convert.add_argument("--exact", dest="deprecated_exact_conversion", help=argparse.SUPPRESS)
+    convert.add_argument("--max-seq-len", type=int, default=None,
+                         help="longest sequence the model accepts (default: the source's max_position_embeddings)")
+    convert.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", type=lambda s: DTYPE_NAMES.get(s, s),
+                         help="dtype of the written weights, one of %(choices)s; bf16 halves the files "
+                              "(default: %(default)s)")
+    convert.add_argument("--max-shard-size", default="5GB", metavar="SIZE",
+                         help="largest weight file written, e.g. 500MB; more is sharded (default: %(default)s)")
+    convert.add_argument("--out", required=True, help="output directory, new or empty (Hugging Face format; required)")
+
+
+def _lm_eval_parser(sub) -> None:
+    lm_eval = sub.add_parser("lm-eval", help="lm-evaluation-harness on a Hugging Face-format attnres model")
+    lm_eval.add_argument("model", help="a directory from `attnres convert`, or a training checkpoint directory")
+    lm_eval.add_argument("--tasks", default="paper",
+                         help="comma-separated lm-eval tasks, or 'paper' for the Delta paper's eight (needs hub "
+                              "access) (default: %(default)s)")
+    lm_eval.add_argument("--include-path", default=None, help="a folder of extra task YAMLs (default: none)")
+    lm_eval.add_argument("--batch-size", type=int, default=1,
+                         help="sequences per forward pass; padded batches score the same (default: %(default)s)")
+    lm_eval.add_argument("--limit", type=int, default=None,
+                         help="at most this many examples per task (default: all)")
+    lm_eval.add_argument("--out", default=None, help="also write the results JSON here (default: print only)")
+    lm_eval.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+def _generate_parser(sub) -> None:
+    from attnres.common.precision import PRECISIONS
+    from attnres.routing import IMPLS
+
+    generate = sub.add_parser("generate", help="generate text from a Hugging Face-format attnres model with the "
+                                               "static KV cache and compiled decode step; prints the text, then "
+                                               "prefill, compile and decode times on stderr",
+                              description="Greedy (or, with --sample, sampled) decoding through "
+                                          "AttnResForCausalLM.generate_fast (docs/how-to/generate.md). The text "
+                                          "goes to stdout; the timings to stderr.")
+    generate.add_argument("model", metavar="MODEL", help="a directory from `attnres convert`, or a training checkpoint "
+                                                         "directory (runs/X/checkpoints/step_N)")
+    generate.add_argument("--prompt", required=True, help="the text to continue (required)")
+    generate.add_argument("--max-new-tokens", type=int, default=64,
+                          help="most tokens to generate; fewer when the model's end token comes (default: %(default)s)")
+    generate.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                          help="the weights' dtype: bf16 halves the bytes a step reads, fast with native bf16 "
+                               "(default: %(default)s)")
+    generate.add_argument("--precision", choices=list(PRECISIONS), default="fp32",
+                          help="fp32, or bf16 under autocast (default: %(default)s)")
+    generate.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                          help="compile the decode step with torch.compile (tens of seconds on a few CPU cores, "
+                               "then cached); --no-compile runs the same step eagerly (default: compile only where "
+                               "this request repays the compile time measured here; a line says when it starts)")
+    generate.add_argument("--threads", type=int, default=None,
+                          help="torch intra-op threads (default: torch's setting, one per core)")
+    generate.add_argument("--chat", action="store_true",
+                          help="wrap the prompt as one user turn in the tokenizer's chat template")
+    generate.add_argument("--sample", action="store_true",
+                          help="sample instead of greedy decoding, with the model's generation defaults for "
+                               "temperature, top-k and top-p unless given below")
+    generate.add_argument("--temperature", type=float, default=None,
+                          help="with --sample: softmax temperature (default: the model's, else 1.0)")
+    generate.add_argument("--top-k", type=int, default=None,
+                          help="with --sample: keep the K most likely tokens, 0 for all "
+                               "(default: the model's, else 50)")
+    generate.add_argument("--top-p", type=float, default=None,
+                          help="with --sample: keep the most likely tokens up to this probability "
+                               "(default: the model's, else 1.0)")
+    generate.add_argument("--seed", type=int, default=None, help="with --sample: torch's random seed (default: none)")
+    generate.add_argument("--routing-impl", choices=list(IMPLS), default="auto",
+                          help="how routers compute, never what, one of %(choices)s; not part of the model "
+                               "(default: %(default)s)")
+    generate.add_argument("--device", default="cpu", help=DEVICE_HELP)
+
+
+def _bench_parser(sub) -> None:
+    from attnres.bench.bench_config import DEFAULT_PRESET, flag_arguments
+
+    bench = sub.add_parser("bench", help="time and memory of each variant against standard, a depth sweep and "
+                                         "a router micro-benchmark; writes bench.md and bench.json",
+                           description="Settings come from a preset, then --quick, then --set, then the flags "
+                                       "below (the defaults shown are BenchConfig's; a preset may change them).")
+    bench.add_argument("--preset", default=DEFAULT_PRESET,
+                       help=_preset_help("bench"))
+    bench.add_argument("--quick", action="store_true",
+                       help="a tiny model, a run of seconds (configs/bench/overlays/quick.yaml over the preset)")
+    bench.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a setting (KEY: a BenchConfig field; VALUE parsed as YAML), "
+                            "e.g. --set repeats=10 --set depths=[12,24]; repeatable (default: none)")
+    for flag, kwargs in flag_arguments():  # one per BenchConfig field, from its metadata
+        bench.add_argument(flag, **kwargs)
+    bench.add_argument("--out", default=None, help="report folder (default: reports/bench-PRESET)")
+
+
+def _analyze_parser(sub) -> None:
+    analyze = sub.add_parser("analyze", help="routing heatmaps, source cosines, RMS and gradient norm by depth of "
+                                             "checkpoints on held-out batches; writes summary.md, index.html and "
+                                             "analysis.json")
+    analyze.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
+                         help="checkpoint directories (runs/X/checkpoints/step_N), run directories (their latest) "
+                              "or, with --data, converted models' directories (`attnres convert` output)")
+    analyze.add_argument("--out", default="reports/analyze", help="report folder (default: %(default)s)")
+    analyze.add_argument("--max-batches", type=int, default=4,
+                         help="held-out batches per checkpoint, of the run's batch size and seq_len "
+                              "(default: %(default)s)")
+    analyze.add_argument("--labels", nargs="+", default=None, metavar="LABEL",
+                         help="one display name per checkpoint (default: variant and step)")
+    analyze.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    analyze.add_argument("--causal", action="store_true",
+                         help="also the causal check of routing: each router's sources ablated in turn (zero, token "
+                              "mean), the loss change against the routing mass (one forward pass per batch, router, "
+                              "source and ablation)")
+    analyze.add_argument("--causal-routers", type=int, nargs="+", default=None, metavar="R",
+                         help="the routers the causal check ablates (implies --causal; default: every router)")
+    analyze.add_argument("--data", default=None, metavar="SOURCE",
+                         help="held-out text for every checkpoint, tokenised by its own pretrained tokenizer: a "
+                              ".txt/.jsonl/.parquet file or folder, 'hf:<dataset>', 'demo' (required for a converted "
+                              "model's directory, `attnres convert` output; default: each run's own held-out split)")
+    analyze.add_argument("--seq-len", type=int, default=None,
+                         help="with --data: tokens per sequence (default: min(max_seq_len, 256))")
+    analyze.add_argument("--batch-size", type=int, default=4, help="with --data: sequences per batch (default: 4)")
+
+
+# One function a command, in the order `attnres --help` lists them.
+COMMAND_PARSERS = (_compare_parser, _scaling_parser, _train_parser, _finetune_parser, _eval_parser, _convert_parser,
+                   _lm_eval_parser, _generate_parser, _bench_parser, _analyze_parser)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors (an unknown option, an invalid choice, a value of the wrong type) in one line
+    like every other bad input, pointing to --help instead of printing the usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand; every option's help names its choices and default."""
+    from attnres import __version__
+
+    parser = _Parser(prog="attnres", description="Depth routing residuals for language models.")
+    parser.add_argument("--version", action="version", version=f"attnres {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add_command in COMMAND_PARSERS:
+        try:
+            add_command(sub)
+        except ModuleNotFoundError as error:  # the command's extra is not installed: say so when it is run
+            _add_stand_in(sub, add_command.__name__.removeprefix("_").removesuffix("_parser").replace("_", "-"), error)
+    return parser
+
+
+# the install extra each command needs beyond the core package (common/extras.py); others need "train"
+COMMAND_EXTRAS = {"convert": "hf", "generate": "hf", "lm-eval": "eval"}
+
+
+def _add_stand_in(sub, command: str, error: ModuleNotFoundError) -> None:
+    """A subcommand whose parser cannot be built without its extra: listed, and run, it says what to install."""
+    from attnres.common.extras import missing_extra
+
+    message = missing_extra(error, COMMAND_EXTRAS.get(command, "train"))
+    if message is None or command in sub.choices:
+        raise error
+
+    # no option prefix: every argument given is taken (and ignored) rather than refused as unknown
+    stand_in = sub.add_parser(command, help=f"(not installed: {message})", add_help=False, prefix_chars="\0")
+    stand_in.add_argument("arguments", nargs=argparse.REMAINDER)
+    stand_in.set_defaults(missing_extra=message)  # cli.main says it, exit status 2
