@@ -47,14 +47,9 @@ def _run_training(run, args: argparse.Namespace) -> int:
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    from attnres.train import RunConfigError, load_run_config
-    from attnres.train.run_config import finetune_defaults
+    from attnres.train.run_config import load_finetune_config
 
-    run = load_run_config(args.config, args.set, base=finetune_defaults(args.init))
-    if run.data.tokenizer == "bpe":
-        raise RunConfigError(f"finetune needs the model's own tokenizer and {args.init} has none; "
-                             f"pass --set data.tokenizer=DIR")
-    return _run_training(run, args)
+    return _run_training(load_finetune_config(args.init, args.config, args.set), args)
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -63,6 +63,13 @@ def test_finetune_without_a_tokenizer_is_refused(setup, tmp_path, capsys):
         (bare / name).unlink(missing_ok=True)
     assert main(["finetune", str(bare), "--set", "train.seq_len=32"]) == 2
     assert "needs the model's own tokenizer" in capsys.readouterr().err
+    from attnres.train import RunConfigError
+    from attnres.train.run_config import load_finetune_config
+
+    with pytest.raises(RunConfigError, match=r"needs the model's own tokenizer and \S*bare has none"):
+        load_finetune_config(bare, overrides=["train.seq_len=32"])  # the library refuses it too, for Python users
+    run = load_finetune_config(bare, overrides=["train.seq_len=32", "data.tokenizer=" + str(root / "source")])
+    assert run.train.lr == 5e-5 and run.data.tokenizer == str(root / "source")  # the recipe, refined
 
 
 def test_finetune_checkpoints_keep_the_sources_generation_defaults_and_chat_template(setup, tmp_path, monkeypatch):

@@ -107,6 +107,18 @@ def finetune_defaults(init_from: str | Path) -> dict:
     return base
 
 
+def load_finetune_config(init_from: str | Path, path: str | Path | None = None,
+                         overrides: list[str] = ()) -> RunConfig:
+    """The run that fine-tunes the converted model `init_from`: `finetune_defaults`, refined by the YAML
+    at `path` and `overrides`. RunConfigError when it would train with a new BPE: a pretrained model
+    needs its own tokenizer."""
+    run = load_run_config(path, overrides, base=finetune_defaults(init_from))
+    if run.data.tokenizer == "bpe":
+        raise RunConfigError(f"finetune needs the model's own tokenizer and {init_from} has none; "
+                             f"pass --set data.tokenizer=DIR")
+    return run
+
+
 def pretrained_model_fields(directory: str | Path) -> dict:
     """ModelConfig fields from `<directory>/config.json` (an attnres Hugging Face config)."""
     path = Path(directory) / CONFIG_FILE
