@@ -51,8 +51,8 @@ class AttnResLM(nn.Module):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
         # A cache's length is read from an attention layer: a linear-attention layer holds no positions.
-        self.first_attention_layer = next(i for i in range(config.num_layers)
-                                          if config.layer_type(i) == "full_attention")
+        self.first_attention_layer = next(i for i, layer in enumerate(self.layers)
+                                          if layer.self_attn.keeps_positions)
         self.residual: ResidualScheme = build_residual(
             config.residual, config.residual_options, num_layers=config.num_layers, hidden_size=config.hidden_size,
             eps=config.norm_eps, init_std=config.init_std)

@@ -81,22 +81,12 @@ def _linear_flops(module: nn.Module) -> int:
                for m in module.modules() if isinstance(m, (nn.Linear, MixtureOfExperts)))
 
 
-def _sequence_flops(config: ModelConfig, index: int, seq_len: int) -> int:
-    """Forward FLOPs per token of layer `index`'s mixing over positions (module doc)."""
-    if config.layer_type(index) == "linear_attention":
-        kda = config.kda
-        return 6 * kda.num_heads * kda.head_dim ** 2 + 2 * kda.short_conv_kernel_size * 3 * kda.num_heads * kda.head_dim
-    if config.mla is not None:
-        return 2 * seq_len * config.num_heads * (config.mla.qk_head_dim + config.mla.v_head_dim)
-    return 4 * seq_len * config.num_heads * config.head_dim
-
-
 def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPerToken:
     """FLOPs per token of `config` on sequences of `seq_len` tokens (default config.max_seq_len).
 
     Built on the meta device (no memory, any size): the projections are read off the decoder's
-    nn.Linear modules and the mixing off the residual scheme's mixers with their source counts, so
-    the count follows the code. Raises InputError for a seq_len below 1.
+    nn.Linear modules, the sequence term off each token mixer (`sequence_flops_per_token`) and the
+    mixing off the residual scheme's mixers with their source counts, so the count follows the code. Raises InputError for a seq_len below 1.
     """
     seq_len = config.max_seq_len if seq_len is None else seq_len
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
@@ -111,7 +101,7 @@ def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPer
         matmul, vector = matmul + cost.matmul, vector + cost.vector
     return FlopsPerToken(
         linear=sum(_linear_flops(layer) for layer in model.layers),
-        attention=sum(_sequence_flops(config, i, seq_len) for i in range(config.num_layers)),
+        attention=sum(layer.self_attn.sequence_flops_per_token(seq_len) for layer in model.layers),
         head=2 * config.hidden_size * config.vocab_size,
         mixing_matmul=matmul, mixing_vector=vector)
 

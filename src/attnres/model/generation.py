@@ -281,7 +281,7 @@ class FastGenerator:
         model = self.model
         device = model.embed_tokens.weight.device
         _check_inputs(model, input_ids, attention_mask, max_new_tokens, min_new_tokens, precision, device)
-        uncompiled = not_compiled_reason(model.config)
+        uncompiled = not_compiled_reason(model)
         if self.compile is True and uncompiled:
             raise InputError(f"the decode step of {uncompiled} is not compiled yet; decode it eagerly "
                              f"(FastGenerator(compile=False) or 'auto', attnres generate --no-compile)")
@@ -473,7 +473,7 @@ class Decoding:
         if not auto.can_compile():
             self.compile_choice = "eager: inductor has no C++ compiler here"
             return eager_step_s
-        uncompiled = not_compiled_reason(auto.generator.model.config)
+        uncompiled = not_compiled_reason(auto.generator.model)
         if uncompiled:
             self.compile_choice = f"eager: the step of {uncompiled} is not compiled yet"
             return eager_step_s
@@ -548,13 +548,13 @@ class _AutoCompile:
         return self.generator.times
 
 
-def not_compiled_reason(config) -> str | None:
-    """Why a decode step of a model of `config` (a ModelConfig) is not compiled, or None where it is."""
-    if config.moe is not None:  # its dispatch reads the experts' row counts to the host: a graph break
+def not_compiled_reason(model) -> str | None:
+    """Why the decode step of `model` (an AttnResLM) is not compiled, or None where it is: its
+    feed-forward, or a token mixer that says its step is not compiled yet (`not_compiled`)."""
+    if model.config.moe is not None:  # its dispatch reads the experts' row counts to the host: a graph break
         return "a mixture-of-experts model"
-    if config.mla is not None or config.kda is not None:
-        return "a model with Kimi Linear's latent or delta attention"
-    return None
+    mixer = next((layer.self_attn.not_compiled for layer in model.layers if layer.self_attn.not_compiled), None)
+    return None if mixer is None else f"a model with {mixer}"
 
 
 def _to_stderr(line: str) -> None:

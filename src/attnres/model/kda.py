@@ -185,6 +185,9 @@ class KimiDeltaAttention(nn.Module):
     plain attribute (not in the state dict) that may be changed at any time.
     """
 
+    keeps_positions = False  # a fixed-size state: a cache's length is read from another layer
+    not_compiled = "Kimi Linear's latent or delta attention"  # why its decode step is not compiled yet
+
     def __init__(self, hidden_size: int, kda: KDAConfig, norm_eps: float = 1e-6) -> None:
         super().__init__()
         check_int(hidden_size, "KimiDeltaAttention hidden_size")
@@ -206,6 +209,12 @@ class KimiDeltaAttention(nn.Module):
         self.g_b_proj = nn.Linear(hd, width, bias=False)
         self.o_norm = GatedRMSNorm(hd, norm_eps)
         self.o_proj = nn.Linear(width, d, bias=False)
+
+    def sequence_flops_per_token(self, seq_len: int) -> int:
+        """Forward FLOPs per token of mixing over positions, whatever `seq_len`: the delta rule's state
+        read, update and output (6 H dk^2) and the q, k, v short convolutions (attnres.model.flops)."""
+        h, hd = self.num_heads, self.head_dim
+        return 6 * h * hd ** 2 + 2 * self.kernel_size * 3 * h * hd
 
     def forward(self, x: torch.Tensor, cache=None, layer_idx: int = 0,
                 padding_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -84,6 +84,9 @@ def padded_causal_mask(attention_mask: torch.Tensor, new: int) -> torch.Tensor:
 class Attention(nn.Module):
     """Causal grouped-query attention with per-head RMSNorm on queries and keys (Qwen3)."""
 
+    keeps_positions = True  # its cache grows with the sequence: a cache's length is read from it
+    not_compiled = None  # its decode step compiles (attnres.model.generation)
+
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
@@ -95,6 +98,10 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.num_heads * self.head_dim, d, bias=False)
         self.q_norm = RMSNorm(self.head_dim, config.norm_eps) if config.qk_norm else nn.Identity()
         self.k_norm = RMSNorm(self.head_dim, config.norm_eps) if config.qk_norm else nn.Identity()
+
+    def sequence_flops_per_token(self, seq_len: int) -> int:
+        """Forward FLOPs per token of mixing over `seq_len` keys: Q K^T and A V (attnres.model.flops)."""
+        return 4 * seq_len * self.num_heads * self.head_dim
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache=None,
                 layer_idx: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:

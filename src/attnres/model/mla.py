@@ -35,6 +35,9 @@ class LatentAttention(nn.Module):
     never have one), as in transformers.
     """
 
+    keeps_positions = True  # its latent cache grows with the sequence
+    not_compiled = "Kimi Linear's latent or delta attention"  # why its decode step is not compiled yet
+
     def __init__(self, hidden_size: int, num_heads: int, mla: MLAConfig, attention_bias: bool = False,
                  norm_eps: float = 1e-6) -> None:
         super().__init__()
@@ -56,6 +59,11 @@ class LatentAttention(nn.Module):
         # Per head: n key channels then v value channels, from the normed latent.
         self.kv_b_proj = nn.Linear(mla.kv_lora_rank, h * (mla.qk_nope_head_dim + mla.v_head_dim), bias=False)
         self.o_proj = nn.Linear(h * mla.v_head_dim, d, bias=attention_bias)
+
+    def sequence_flops_per_token(self, seq_len: int) -> int:
+        """Forward FLOPs per token of mixing over `seq_len` keys: scores over the whole query/key head
+        and the weighted values (attnres.model.flops)."""
+        return 2 * seq_len * self.num_heads * (self.mla.qk_head_dim + self.mla.v_head_dim)
 
     def forward(self, x: torch.Tensor, rope=None, cache=None, layer_idx: int = 0,
                 mask: torch.Tensor | None = None) -> torch.Tensor:
