@@ -16,6 +16,8 @@ from tests.hf.test_generate_cli import PROMPT, converted, plain_greedy_text  # n
     (dict(prompt="x", max_new_tokens=0), r"--max-new-tokens"),
     (dict(prompt="x", top_p=1.5), r"--top-p must be a number in \(0, 1\], got 1.5"),
     (dict(prompt="x", temperature=0.7, seed=3), r"--temperature, --seed only apply with --sample"),
+    (dict(prompt="x", dtype="fp16"), r"--dtype must be one of \['fp32', 'bf16'\], got 'fp16'"),
+    (dict(prompt="x", routing_impl="fast"), r"--routing-impl must be one of \["),
 ])
 def test_a_bad_request_is_refused_at_construction_naming_the_flag(fields, message):
     with pytest.raises(InputError, match=message):

@@ -99,26 +99,22 @@ def moved_note(command: str | None, source: str) -> str:
     return ""
 
 
-# Where a recorded command's script lives now: benchmarks/ and scripts/ moved under tools/ (issue 41).
-_MOVED_SCRIPT = re.compile(r"(?<![\w/.-])(benchmarks/[\w.]+|scripts/[\w.]+)")
+# A script a recorded command ran from benchmarks/ or scripts/, folders that now live under tools/:
+# the set-up and check scripts at its top, the study scripts in tools/studies/.
+_MOVED_SCRIPT = re.compile(r"(?<![\w/.-])(benchmarks|scripts)/([\w.]+)")
+_TOP_LEVEL_TOOLS = {"compare.sh", "setup_env.sh", "test.sh", "test_deps.sh", "test_kernel_paths.sh", "wheel_check.sh",
+                    "wheel_smoke.py"}
 
 
 def moved_script_note(command: str | None) -> str:
-    """' (the script is now tools/...)' when the recorded command ran a script from a folder that has
-    since moved under tools/; empty otherwise. The command itself is shown as it ran."""
+    """' (the script is now tools/...)' when the recorded command ran a script that has since moved
+    under tools/; empty otherwise. The command itself is shown as it ran."""
     found = _MOVED_SCRIPT.search(command or "")
     if not found:
         return ""
-    old = found.group(1)
-    new = "tools/" + old if old.startswith("benchmarks/") else None
-    if new is None:
-        name = old.removeprefix("scripts/")
-        new = f"tools/{name}" if name in _TOP_LEVEL_TOOLS else f"tools/studies/{name}"
-    return f" (the script is now `{new}`)"
-
-
-_TOP_LEVEL_TOOLS = {"compare.sh", "setup_env.sh", "test.sh", "test_deps.sh", "test_kernel_paths.sh", "wheel_check.sh",
-                    "wheel_smoke.py"}
+    folder, name = found.groups()
+    where = "tools/benchmarks" if folder == "benchmarks" else "tools" if name in _TOP_LEVEL_TOOLS else "tools/studies"
+    return f" (the script is now `{where}/{name}`)"
 
 
 def provenance(result: dict, source: str, *, code_path: dict | None = None, what: str = "Measured") -> str:

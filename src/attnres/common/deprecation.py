@@ -11,8 +11,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-DEPRECATED_IN = "0.2.0"
-REMOVED_IN = "0.3.0"
+DEPRECATED_IN = "0.2.0"  # the release of the deprecations that name no other (`since`)
 
 
 def removed_in(since: str) -> str:

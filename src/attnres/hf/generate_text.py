@@ -12,12 +12,13 @@ from typing import Callable
 
 import torch
 
-from attnres.common.checks import check_int, check_positive_number
+from attnres.common.checks import check_choice, check_int, check_positive_number
 from attnres.common.errors import InputError
 from attnres.common.machine import cpu_has_native_bf16
-from attnres.common.precision import WEIGHT_DTYPES
+from attnres.common.precision import PRECISIONS, WEIGHT_DTYPES
 from attnres.hf.fast_generation import load_model_dir
 from attnres.model.memory_traffic import copy_bandwidth_gb_s
+from attnres.routing import IMPLS
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,10 @@ class GenerationRequest:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        # the command's argparse choices, checked here too for a request built in Python
+        check_choice(self.dtype, "--dtype", WEIGHT_DTYPES)
+        check_choice(self.precision, "--precision", PRECISIONS)
+        check_choice(self.routing_impl, "--routing-impl", IMPLS)
         check_int(self.max_new_tokens, "--max-new-tokens")
         check_int(self.threads, "--threads", allow_none=True)
         if not self.prompt:
