@@ -172,6 +172,30 @@ def test_trainer_routers_is_the_expert_routers_under_a_deprecated_name():
         assert trainer.routers is trainer.expert_routers
 
 
+@pytest.mark.parametrize("old_call", ["positional", "keywords", "padding_mask only"])
+def test_kimi_delta_attention_call_of_0_2_0_warns_and_gives_the_token_mixer_call(old_call):
+    from attnres.model import KDAConfig, KVCache
+    from attnres.model.kda import KimiDeltaAttention
+
+    torch.manual_seed(0)
+    layer = KimiDeltaAttention(16, KDAConfig(num_heads=2, head_dim=8, short_conv_kernel_size=4))
+    x = torch.randn(2, 5, 16)
+    mask = torch.tensor([[False, True, True, True, True], [True] * 5])
+    expected_cache = KVCache()
+    expected = layer(x, None, expected_cache, 3, None, mask)
+    cache = KVCache()
+    with pytest.warns(DeprecationWarning, match=r"KimiDeltaAttention\.forward\(x, cache, layer_idx, padding_mask\) is "
+                                                r"deprecated since attnres 0\.3\.0 .*; use forward\(x, rope, cache"):
+        if old_call == "positional":
+            out = layer(x, cache, 3, mask)
+        elif old_call == "keywords":
+            out = layer(x, cache=cache, layer_idx=3, padding_mask=mask)
+        else:
+            out = layer(x, None, cache, 3, padding_mask=mask)
+    assert torch.equal(out, expected)
+    assert all(torch.equal(a, b) for a, b in zip(cache.linear_state(3), expected_cache.linear_state(3)))
+
+
 # (module of 0.2.0, its name today, a name it exports): modules renamed so that no two files the
 # reader opens share a name (issue 41)
 MOVED_MODULES = [

@@ -204,7 +204,7 @@ def test_a_left_padded_batch_gives_each_row_alone():
         mask[i, total - n:] = True
     with torch.no_grad():
         cache = DictCache()
-        padded = [layer(batch[:, :total], cache=cache, padding_mask=mask)]
+        padded = [layer(batch[:, :total], cache=cache, real=mask)]
         padded += [layer(batch[:, total + j:total + j + 1], cache=cache) for j in range(extra)]
         padded = torch.cat(padded, dim=1)
         for i, (row, n) in enumerate(zip(rows, lengths)):

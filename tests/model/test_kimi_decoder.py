@@ -128,7 +128,7 @@ def test_flops_count_latent_and_delta_attention():
 
 
 @pytest.mark.parametrize("changes, message", [
-    (dict(layer_types=["linear_attention"] * 4), "needs at least one 'full_attention' layer"),
+    (dict(layer_types=["linear_attention"] * 4), "needs at least one layer that caches keys and values"),
     (dict(layer_types=["full_attention"] * 3), r"layer_types must be None or a list of num_layers=4"),
     (dict(layer_types=["linear_attention", "full_attention"] * 2, kda=None), "ModelConfig.kda is None"),
     (dict(kda={"num_heads": 2, "head_dim": 0}), r"ModelConfig.kda: KDAConfig.head_dim must be a positive integer"),

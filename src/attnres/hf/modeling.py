@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import torch
 from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
-from transformers.cache_utils import DynamicCache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, LinearAttentionLayer
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from attnres.common.errors import InputError
 from attnres.hf.configuration import AttnResConfig
 from attnres.hf.fast_generation import generate_fast, static_cache_requested
 from attnres.model import AttnResLM
+from attnres.model.cache import KV_STATE
 from attnres.model.generation import GenerationResult
 from attnres.model.init import init_module
 
@@ -94,7 +95,7 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
         cache = cache if cache is not None else past_key_values
         use_cache = self.config.use_cache if use_cache is None else use_cache
         if use_cache and cache is None:
-            cache = DynamicCache(config=self.config)
+            cache = self.new_cache()
         out = self.model(input_ids, labels=labels, return_routing=return_routing, cache=cache if use_cache else None,
                          attention_mask=attention_mask, position_ids=position_ids)
         logits = out.logits[:, -logits_to_keep:] if logits_to_keep else out.logits
@@ -102,6 +103,26 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
         if return_routing:
             result["routing"] = out.routing
         return result
+
+    def new_cache(self) -> DynamicCache:
+        """An empty transformers DynamicCache with one layer per decoder layer, of the kind its token
+        mixer keeps (`TokenMixer.cache_state`): keys and values, or a recurrent state. Built from the
+        modules rather than from `config.layer_types`, which transformers maps to cache layers only
+        for the layer types it knows (a registered token mixer's is not among them)."""
+        layers = [DynamicLayer() if layer.self_attn.cache_state == KV_STATE else LinearAttentionLayer()
+                  for layer in self.model.layers]
+        cache = DynamicCache.__new__(DynamicCache)
+        Cache.__init__(cache, layers=layers)
+        return cache
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        # transformers builds its default dynamic cache from config.layer_types; ours follows the
+        # token mixers (new_cache). Any other cache implementation is transformers' own.
+        wants_default = (model_kwargs.get("cache") is None and generation_config.use_cache is not False
+                         and generation_config.cache_implementation in (None, "dynamic"))
+        if not wants_default:
+            return super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        model_kwargs["cache"] = self.new_cache()
 
     def generate(self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None,
                  **kwargs):

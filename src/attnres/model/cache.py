@@ -17,7 +17,9 @@ Kimi Linear's layers cache other things through the same object: a latent-attent
 stores its latent and shared key as its "k" and "v" (any (B, H, T, d) pair is held), and a Kimi
 Delta Attention layer its convolution window and recurrent state (`linear_state` /
 `set_linear_state`), which do not grow with the sequence. Layers are held by index, so a layer
-that caches nothing leaves no gap; the sequence length is that of the attention layers.
+that caches nothing leaves no gap; the sequence length is that of the attention layers. Which of
+the two a layer keeps is its token mixer's `cache_state` (attnres.model.token_mixers): `KV_STATE` or
+`RECURRENT_STATE`; either is allocated on the layer's first call.
 
 `StaticKVCache` is the fixed-shape cache of compiled decoding (`attnres.model.generation`): its
 buffers are allocated once at `max_len`, zero-filled, and a compiled step writes one position at a
@@ -33,6 +35,10 @@ from attnres.common.checks import check_int
 from attnres.common.errors import InputError
 
 MIN_CAPACITY = 64
+# What a token mixer keeps in a cache (`TokenMixer.cache_state`): keys and values per position
+# (`update`), or a fixed-size convolution window and recurrent state (`linear_state`).
+KV_STATE = "kv"
+RECURRENT_STATE = "recurrent"
 
 
 class KVCache:

@@ -10,12 +10,15 @@ from attnres.common.deprecation import warn_deprecated
 from attnres.common.errors import InputError
 from attnres.model.attention_config import KDAConfig, MLAConfig
 from attnres.model.moe_config import MoEConfig
+from attnres.model.cache import KV_STATE
+from attnres.model.token_mixers import TOKEN_MIXERS
 from attnres.residual import VARIANTS, VariantOptions, resolve_options, valid_num_blocks, variant_label
 from attnres.residual.legacy import FLAT_OPTIONS, RUN_SETTINGS, upgrade_model_fields
 
-# What a layer's token mixer is (transformers' `layer_types` names): softmax attention over the
-# sequence (grouped-query, or latent with `mla`), or Kimi Delta Attention (needs `kda`).
-LAYER_TYPES = ("full_attention", "linear_attention")
+# What a layer's token mixer is: a name of the layer-type table (attnres.model.token_mixers, whose
+# built-in rows are transformers' `layer_types` names): softmax attention over the sequence
+# (grouped-query, or latent with `mla`), Kimi Delta Attention (needs `kda`), or a registered one.
+LAYER_TYPES = TOKEN_MIXERS
 MAX_LAYERS = 4096  # far deeper than any model trained (a few hundred layers); the checks are linear in depth
 FULL_ATTENTION_EVERY = 4  # Kimi Linear's 3:1 pattern: every 4th layer full attention, the rest linear
 # Where that pattern's first full-attention layer sits (0-based), in the two defaults that differ:
@@ -155,20 +158,23 @@ class ModelConfig:
             return
         types = self.layer_types
         if not isinstance(types, (list, tuple)) or len(types) != self.num_layers or any(
-                t not in LAYER_TYPES for t in types):
+                not isinstance(t, str) or t not in LAYER_TYPES for t in types):
             raise ConfigError(f"ModelConfig.layer_types must be None or a list of num_layers={self.num_layers} values "
                               f"from {list(LAYER_TYPES)}, got {types!r}")
-        if "full_attention" not in types:
-            raise ConfigError("ModelConfig.layer_types needs at least one 'full_attention' layer: caches (attnres's and "
-                              "transformers') count the positions seen in the attention layers")
-        if "linear_attention" in types and self.kda is None:
-            raise ConfigError("ModelConfig.layer_types has 'linear_attention' layers but ModelConfig.kda is None; "
-                              "give kda (KDAConfig fields num_heads, head_dim, short_conv_kernel_size) or make every layer "
-                              "'full_attention'")
+        rows = [LAYER_TYPES[t] for t in dict.fromkeys(types)]
+        if all(row.cache_state != KV_STATE for row in rows):
+            keeping = [name for name, row in LAYER_TYPES.items() if row.cache_state == KV_STATE]
+            raise ConfigError(f"ModelConfig.layer_types needs at least one layer that caches keys and values "
+                              f"({keeping}): caches (attnres's and transformers') count the positions seen in them")
+        for row in rows:
+            missing = [name for name in row.requires if getattr(self, name) is None]
+            if missing:
+                raise ConfigError(f"ModelConfig.layer_types has {row.name!r} layers but ModelConfig.{missing[0]} is None; "
+                                  f"give {missing[0]} or use other layer types")
         object.__setattr__(self, "layer_types", tuple(types))
 
     def layer_type(self, index: int) -> str:
-        """Layer `index`'s token mixer: "full_attention" or "linear_attention"."""
+        """Layer `index`'s token mixer: a name of LAYER_TYPES ("full_attention", "linear_attention", ...)."""
         return "full_attention" if self.layer_types is None else self.layer_types[index]
 
     @property

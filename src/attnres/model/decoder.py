@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from attnres.common.errors import InputError
-from attnres.model.cache import cached_length
+from attnres.model.cache import KV_STATE, cached_length
 from attnres.model.config import ModelConfig
 from attnres.model.init import init_module
 from attnres.model.layers import DecoderLayer, RotaryEmbedding, padded_causal_mask, padded_positions
@@ -50,9 +50,9 @@ class AttnResLM(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta)
-        # A cache's length is read from an attention layer: a linear-attention layer holds no positions.
+        # A cache's length is read from a layer that caches keys and values: a recurrent state holds no positions.
         self.first_attention_layer = next(i for i, layer in enumerate(self.layers)
-                                          if layer.self_attn.keeps_positions)
+                                          if layer.self_attn.cache_state == KV_STATE)
         self.residual: ResidualScheme = build_residual(
             config.residual, config.residual_options, num_layers=config.num_layers, hidden_size=config.hidden_size,
             eps=config.norm_eps, init_std=config.init_std)

@@ -85,8 +85,9 @@ def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPer
     """FLOPs per token of `config` on sequences of `seq_len` tokens (default config.max_seq_len).
 
     Built on the meta device (no memory, any size): the projections are read off the decoder's
-    nn.Linear modules, the sequence term off each token mixer (`sequence_flops_per_token`) and the
-    mixing off the residual scheme's mixers with their source counts, so the count follows the code. Raises InputError for a seq_len below 1.
+    nn.Linear modules, the sequence term off each token mixer (`TokenMixer.flops_per_token`) and the
+    mixing off the residual scheme's mixers with their source counts, so the count follows the code.
+    Raises InputError for a seq_len below 1.
     """
     seq_len = config.max_seq_len if seq_len is None else seq_len
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
@@ -101,7 +102,7 @@ def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPer
         matmul, vector = matmul + cost.matmul, vector + cost.vector
     return FlopsPerToken(
         linear=sum(_linear_flops(layer) for layer in model.layers),
-        attention=sum(layer.self_attn.sequence_flops_per_token(seq_len) for layer in model.layers),
+        attention=sum(layer.self_attn.flops_per_token(seq_len) for layer in model.layers),
         head=2 * config.hidden_size * config.vocab_size,
         mixing_matmul=matmul, mixing_vector=vector)
 

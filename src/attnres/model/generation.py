@@ -548,9 +548,13 @@ class _AutoCompile:
         return self.generator.times
 
 
-def not_compiled_reason(model) -> str | None:
-    """Why the decode step of `model` (an AttnResLM) is not compiled, or None where it is: its
-    feed-forward, or a token mixer that says its step is not compiled yet (`not_compiled`)."""
+def not_compiled_reason(model: AttnResLM) -> str | None:
+    """Why the decode step of `model` is not compiled, or None where it is: its feed-forward, or a
+    token mixer that says its step is not compiled yet (`TokenMixer.not_compiled`). A ModelConfig (what
+    it took before) is built on the meta device to ask its token mixers."""
+    if not isinstance(model, torch.nn.Module):
+        with torch.device("meta"):
+            model = AttnResLM(model)
     if model.config.moe is not None:  # its dispatch reads the experts' row counts to the host: a graph break
         return "a mixture-of-experts model"
     mixer = next((layer.self_attn.not_compiled for layer in model.layers if layer.self_attn.not_compiled), None)

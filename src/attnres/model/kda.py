@@ -30,7 +30,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnres.common.checks import check_int
+from attnres.common.deprecation import warn_deprecated
 from attnres.model.attention_config import KDAConfig
+from attnres.model.cache import RECURRENT_STATE, linear_states
+from attnres.model.token_mixers import TokenMixer
 from attnres.norm import RMSNorm, unit_rms
 
 # Measured, layer forward + backward at B=8, T=256, D=128, 2 heads x 64, fp32: on 2 CPU threads
@@ -143,6 +146,7 @@ class ForgetGate(nn.Module):
     """
 
     no_weight_decay = ("A_log",)  # a decay rate, not a weight: AdamW's decay would pull it to exp(0) = 1
+    own_init = True  # init_module calls reset_parameters(); f_a_proj, f_b_proj are reached as nn.Linear
 
     def __init__(self, hidden_size: int, num_heads: int, head_dim: int) -> None:
         super().__init__()
@@ -177,16 +181,19 @@ class GatedRMSNorm(RMSNorm):
         return normed * self.weight.to(normed.dtype) * torch.sigmoid(gate.to(normed.dtype))
 
 
-class KimiDeltaAttention(nn.Module):
+class KimiDeltaAttention(TokenMixer):
     """Kimi Delta Attention: x (B, T, D) -> (B, T, D), causal, with a fixed-size state per head.
 
     H = kda.num_heads heads of width dk = dv = kda.head_dim. norm_eps: the output norm's eps (the
     model's rms_norm_eps in transformers). `chunk_size`: positions per chunk of the chunked core, a
     plain attribute (not in the state dict) that may be changed at any time.
+
+    As a TokenMixer: a fixed-size recurrent state rather than a key/value cache (a cache's length is
+    read from another layer), and a decode step that is not compiled yet.
     """
 
-    keeps_positions = False  # a fixed-size state: a cache's length is read from another layer
-    not_compiled = "Kimi Linear's latent or delta attention"  # why its decode step is not compiled yet
+    cache_state = RECURRENT_STATE
+    not_compiled = "Kimi Linear's latent or delta attention"
 
     def __init__(self, hidden_size: int, kda: KDAConfig, norm_eps: float = 1e-6) -> None:
         super().__init__()
@@ -210,31 +217,37 @@ class KimiDeltaAttention(nn.Module):
         self.o_norm = GatedRMSNorm(hd, norm_eps)
         self.o_proj = nn.Linear(width, d, bias=False)
 
-    def sequence_flops_per_token(self, seq_len: int) -> int:
+    def flops_per_token(self, seq_len: int) -> int:
         """Forward FLOPs per token of mixing over positions, whatever `seq_len`: the delta rule's state
         read, update and output (6 H dk^2) and the q, k, v short convolutions (attnres.model.flops)."""
         h, hd = self.num_heads, self.head_dim
         return 6 * h * hd ** 2 + 2 * self.kernel_size * 3 * h * hd
 
-    def forward(self, x: torch.Tensor, cache=None, layer_idx: int = 0,
-                padding_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, T, D) -> (B, T, D) in x's dtype.
+    def forward(self, x: torch.Tensor, rope=None, cache=None, layer_idx: int = 0, mask: torch.Tensor | None = None,
+                real: torch.Tensor | None = None, *, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, D) -> (B, T, D) in x's dtype. `rope` and `mask` are ignored (position is carried by the
+        state; pads are zeroed instead of masked), taken so that every token mixer is called alike.
 
-        cache: None, or an object with `linear_state(layer_idx)` -> (conv_state, recurrent_state) or
-        None (nothing yet), and `set_linear_state(layer_idx, conv_state, recurrent_state)`. conv_state
+        cache: None, a transformers Cache (read through its linear-attention methods), or an object with
+        `linear_state(layer_idx)` -> (conv_state, recurrent_state) or None (nothing yet), and
+        `set_linear_state(layer_idx, conv_state, recurrent_state)`. conv_state
         (B, 3 * H * dk, short_conv_kernel_size - 1) holds the last conv inputs (zeros before the start),
         recurrent_state (B, H, dk, dv); both are in the compute dtype (x's promoted with fp32). The T
         new positions continue from the held state, and the state after them is stored.
-        padding_mask: None, or (B, T) bool, True at real tokens. Pads' inputs are zeroed (as in
-        transformers): their q, k, v are then zero and they write nothing into the state, so a
-        left-padded row gives at its real positions what the row alone gives. A pad after a real token
-        still decays the state and shows as zeros in the convolution's window.
+        real (`padding_mask` before 0.3.0, deprecated): None, or (B, T) bool, True at real tokens. Pads' inputs
+        are zeroed (as in transformers): their q, k, v are then zero and they write nothing into the
+        state, so a left-padded row gives at its real positions what the row alone gives. A pad after
+        a real token still decays the state and shows as zeros in the convolution's window.
         """
+        if padding_mask is not None or (rope is not None and not isinstance(rope, (tuple, list))) \
+                or isinstance(cache, int) or isinstance(layer_idx, torch.Tensor):
+            cache, layer_idx, real = _legacy_arguments(rope, cache, layer_idx, real, padding_mask)
+        cache = linear_states(cache)
         b, t, _ = x.shape
         h, hd, width = self.num_heads, self.head_dim, self.num_heads * self.head_dim
         compute = torch.promote_types(x.dtype, torch.float32)
-        if padding_mask is not None:
-            x = x.masked_fill(~padding_mask.bool()[..., None], 0.0)
+        if real is not None:
+            x = x.masked_fill(~real.bool()[..., None], 0.0)
 
         mixed = torch.cat((self.q_proj(x), self.k_proj(x), self.v_proj(x)), dim=-1).transpose(1, 2)  # (B, 3HK, T)
         held = cache.linear_state(layer_idx) if cache is not None else None
@@ -264,3 +277,19 @@ class KimiDeltaAttention(nn.Module):
         gate = self.g_b_proj(self.g_a_proj(x)).view(b, t, h, hd)
         out = self.o_norm(out, gate).reshape(b, t, width)
         return self.o_proj(out.to(x.dtype))
+
+
+def _legacy_arguments(rope, cache, layer_idx, real, padding_mask):
+    """(cache, layer_idx, real) of a call in the form before the token-mixer protocol (0.3.0):
+    forward(x, cache, layer_idx, padding_mask), whose arguments land one slot to the right of the
+    new ones (the cache in `rope`'s, the layer index in `cache`'s, the mask in `layer_idx`'s)."""
+    warn_deprecated("KimiDeltaAttention.forward(x, cache, layer_idx, padding_mask)",
+                    "forward(x, rope, cache, layer_idx, mask, real), the token-mixer call (rope and mask are ignored)",
+                    since="0.3.0", stacklevel=4)
+    shifted = (rope is not None and not isinstance(rope, (tuple, list))) or isinstance(cache, int)
+    if not shifted:  # only the keyword was old: forward(x, rope, cache, layer_idx, padding_mask=...)
+        return cache, layer_idx, padding_mask if real is None else real
+    old_cache = None if isinstance(rope, (tuple, list)) else rope
+    old_layer = cache if isinstance(cache, int) else layer_idx
+    old_mask = layer_idx if isinstance(layer_idx, torch.Tensor) else padding_mask
+    return old_cache, old_layer if isinstance(old_layer, int) else 0, old_mask if real is None else real

@@ -1,7 +1,8 @@
 """Qwen3-architecture sub-layers: rotary embedding, grouped-query attention, and the decoder layer that pairs
-a token mixer with a feed-forward. The token mixer is grouped-query attention, or Kimi Linear's
-latent attention (mla.py) or Kimi Delta Attention (kda.py); the feed-forward is the SwiGLU `MLP` of
-mlp.py or the mixture of experts of moe.py.
+a token mixer with a feed-forward. The token mixer is the one its layer type's row of the table
+(attnres.model.token_mixers) builds: grouped-query attention, or Kimi Linear's latent attention
+(mla.py) for "full_attention", Kimi Delta Attention (kda.py) for "linear_attention"; both rows are
+registered here. The feed-forward is the SwiGLU `MLP` of mlp.py or the mixture of experts of moe.py.
 
 Sub-layers know nothing of residuals: each maps a normalised input to its output delta; the
 residual scheme decides what they see and where their outputs go. Parameter names follow
@@ -14,12 +15,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnres.model.cache import linear_states
+from attnres.model.cache import RECURRENT_STATE
 from attnres.model.config import ModelConfig
 from attnres.model.kda import KimiDeltaAttention
 from attnres.model.mla import LatentAttention
 from attnres.model.mlp import MLP
 from attnres.model.moe import MixtureOfExperts
+from attnres.model.token_mixers import TokenMixer, TokenMixerType, build_token_mixer, register_token_mixer
 from attnres.norm import RMSNorm
 
 
@@ -81,11 +83,9 @@ def padded_causal_mask(attention_mask: torch.Tensor, new: int) -> torch.Tensor:
     return causal & (attention_mask.bool()[:, None, None, :] | own_key)
 
 
-class Attention(nn.Module):
-    """Causal grouped-query attention with per-head RMSNorm on queries and keys (Qwen3)."""
-
-    keeps_positions = True  # its cache grows with the sequence: a cache's length is read from it
-    not_compiled = None  # its decode step compiles (attnres.model.generation)
+class Attention(TokenMixer):
+    """Causal grouped-query attention with per-head RMSNorm on queries and keys (Qwen3): a TokenMixer
+    with a key/value cache whose decode step compiles."""
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -99,19 +99,20 @@ class Attention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, config.norm_eps) if config.qk_norm else nn.Identity()
         self.k_norm = RMSNorm(self.head_dim, config.norm_eps) if config.qk_norm else nn.Identity()
 
-    def sequence_flops_per_token(self, seq_len: int) -> int:
+    def flops_per_token(self, seq_len: int) -> int:
         """Forward FLOPs per token of mixing over `seq_len` keys: Q K^T and A V (attnres.model.flops)."""
         return 4 * seq_len * self.num_heads * self.head_dim
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache=None,
-                layer_idx: int = 0, mask: torch.Tensor | None = None) -> torch.Tensor:
+                layer_idx: int = 0, mask: torch.Tensor | None = None,
+                real: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, D), rope = (cos, sin) each (T, hd) or (B, 1, T, hd) for the T new positions -> (B, T, D).
 
         cache: None, or an object with `update(k, v, layer_idx) -> (k_all, v_all)` (attnres.model.KVCache
         or a Hugging Face Cache) holding the keys and values of earlier positions. mask: None (causal
         attention, every key real), or a boolean (B, 1, T, T_past + T) of the keys each new query may
         see (`padded_causal_mask`), for padded batches, or (B, 1, 1, capacity) for a static cache
-        (`attnres.model.generation`).
+        (`attnres.model.generation`). real: unused (the mask says which keys are real).
         """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
@@ -138,22 +139,14 @@ class Attention(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """One transformer layer = two sub-layers, each with its pre-norm: the token mixer (`self_attn`:
-    grouped-query `Attention`, `LatentAttention` where `config.mla` is set, or `KimiDeltaAttention`
-    for a "linear_attention" layer), then the feed-forward (the dense SwiGLU `MLP`, or from
-    `config.moe.dense_layers` on a `MixtureOfExperts`)."""
+    """One transformer layer = two sub-layers, each with its pre-norm: the token mixer (`self_attn`, a
+    TokenMixer built by the row of the layer's type in `TOKEN_MIXERS`), then the feed-forward (the
+    dense SwiGLU `MLP`, or from `config.moe.dense_layers` on a `MixtureOfExperts`)."""
 
     def __init__(self, config: ModelConfig, index: int = 0) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
-        self.linear = config.layer_type(index) == "linear_attention"
-        if self.linear:
-            self.self_attn = KimiDeltaAttention(config.hidden_size, config.kda, config.norm_eps)
-        elif config.mla is not None:
-            # The latent norms keep their own eps of 1e-6 (LatentAttention's doc), not norm_eps.
-            self.self_attn = LatentAttention(config.hidden_size, config.num_heads, config.mla, config.attention_bias)
-        else:
-            self.self_attn = Attention(config)
+        self.self_attn = build_token_mixer(config, index)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.norm_eps)
         if config.moe is not None and index >= config.moe.dense_layers:
             self.mlp = MixtureOfExperts(config.hidden_size, config.moe)
@@ -166,10 +159,27 @@ class DecoderLayer(nn.Module):
         """Even sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D); `cache` and `mask` as in Attention.forward.
         real: None, or (B, T) bool, True at the new positions' real tokens (a padded batch), which a
         linear-attention layer needs (it has no mask: pads are zeroed instead)."""
-        if self.linear:
-            return self.self_attn(self.input_layernorm(h), linear_states(cache), layer_idx, real)
-        return self.self_attn(self.input_layernorm(h), rope, cache, layer_idx, mask)
+        return self.self_attn(self.input_layernorm(h), rope, cache, layer_idx, mask, real)
 
     def mlp_delta(self, h: torch.Tensor) -> torch.Tensor:
         """Odd sub-layer: f(Norm(h)), (B, T, D) -> (B, T, D)."""
         return self.mlp(self.post_attention_layernorm(h))
+
+
+def _full_attention(config: ModelConfig, index: int) -> TokenMixer:
+    """Softmax attention over the sequence: latent attention where `config.mla` is set, else grouped-query."""
+    if config.mla is not None:
+        # The latent norms keep their own eps of 1e-6 (LatentAttention's doc), not norm_eps.
+        return LatentAttention(config.hidden_size, config.num_heads, config.mla, config.attention_bias)
+    return Attention(config)
+
+
+def _linear_attention(config: ModelConfig, index: int) -> TokenMixer:
+    """Kimi Delta Attention (ModelConfig requires `kda` for these layers)."""
+    return KimiDeltaAttention(config.hidden_size, config.kda, config.norm_eps)
+
+
+# The built-in rows of the layer-type table (transformers' `layer_types` names).
+for _row in (TokenMixerType("full_attention", _full_attention),
+             TokenMixerType("linear_attention", _linear_attention, cache_state=RECURRENT_STATE, requires=("kda",))):
+    register_token_mixer(_row)

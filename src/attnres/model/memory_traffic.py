@@ -10,9 +10,9 @@ copy with torch's current threads, counting the bytes read and the bytes written
 What a step reads (`decode_bytes_per_step`):
 - every parameter once, except the input embedding table, of which only the batch's rows are read
   (when the head is tied to it, the head reads it whole, so it counts once);
-- the KV cache: a static cache is read whole by the masked attention, every layer's keys and values
-  (a latent-attention layer's latent and shared key) at the cache's capacity; a growing cache only
-  its filled positions; a linear-attention layer's fixed-size states once.
+- the KV cache, as each layer's token mixer says (`TokenMixer.decode_cache_bytes`): a static cache
+  is read whole by the masked attention, every layer's keys and values (a latent-attention layer's
+  latent and shared key) at the cache's capacity; a linear-attention layer's fixed-size states once.
 Activations (the hidden state, the routers' sources, a few KB per token at batch 1) are left out.
 """
 
@@ -62,8 +62,10 @@ def held_cache_bytes(cache) -> int:
 
 
 def decode_bytes_per_step(model: nn.Module, cache, batch: int) -> int:
-    """Weights and cache read by one decode step of `batch` rows with an attnres static cache (module doc)."""
-    return weight_bytes_per_step(model, batch) + held_cache_bytes(cache)
+    """Weights and cache read by one decode step of `batch` rows of `model` (an AttnResLM) with an
+    attnres static cache: the cache's bytes as each layer's token mixer reads them (module doc)."""
+    read = sum(layer.self_attn.decode_cache_bytes(cache, i) for i, layer in enumerate(model.layers))
+    return weight_bytes_per_step(model, batch) + read
 
 
 @functools.cache

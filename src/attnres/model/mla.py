@@ -20,10 +20,11 @@ from torch import nn
 
 from attnres.common.checks import check_int
 from attnres.model.attention_config import MLAConfig
+from attnres.model.token_mixers import TokenMixer
 from attnres.norm import RMSNorm
 
 
-class LatentAttention(nn.Module):
+class LatentAttention(TokenMixer):
     """Causal multi-head latent attention: x (B, T, D) -> (B, T, D).
 
     Shapes below: H = num_heads, r = kv_lora_rank, n = qk_nope_head_dim, s = qk_rope_head_dim (the
@@ -33,10 +34,12 @@ class LatentAttention(nn.Module):
     builds them with its RMSNorm's default 1e-6, not the model's rms_norm_eps, so 1e-6 matches it.
     attention_bias: a bias on q_a_proj, kv_a_proj_with_mqa and o_proj (q_proj, q_b_proj and kv_b_proj
     never have one), as in transformers.
+
+    As a TokenMixer: its cache holds the latent and shared key per position (a key/value cache), and
+    its decode step is not compiled yet.
     """
 
-    keeps_positions = True  # its latent cache grows with the sequence
-    not_compiled = "Kimi Linear's latent or delta attention"  # why its decode step is not compiled yet
+    not_compiled = "Kimi Linear's latent or delta attention"
 
     def __init__(self, hidden_size: int, num_heads: int, mla: MLAConfig, attention_bias: bool = False,
                  norm_eps: float = 1e-6) -> None:
@@ -60,15 +63,15 @@ class LatentAttention(nn.Module):
         self.kv_b_proj = nn.Linear(mla.kv_lora_rank, h * (mla.qk_nope_head_dim + mla.v_head_dim), bias=False)
         self.o_proj = nn.Linear(h * mla.v_head_dim, d, bias=attention_bias)
 
-    def sequence_flops_per_token(self, seq_len: int) -> int:
+    def flops_per_token(self, seq_len: int) -> int:
         """Forward FLOPs per token of mixing over `seq_len` keys: scores over the whole query/key head
         and the weighted values (attnres.model.flops)."""
         return 2 * seq_len * self.num_heads * (self.mla.qk_head_dim + self.mla.v_head_dim)
 
     def forward(self, x: torch.Tensor, rope=None, cache=None, layer_idx: int = 0,
-                mask: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, T, D) -> (B, T, D). `rope` is ignored (no position is encoded; kept so that every
-        attention is called alike).
+                mask: torch.Tensor | None = None, real: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, D) -> (B, T, D). `rope` and `real` are ignored (no position is encoded, the mask says
+        which keys are real; taken so that every token mixer is called alike).
 
         cache: None, or an object with `update(latent, k_shared, layer_idx) -> (latent_all, k_shared_all)`
         (attnres.model.KVCache or a Hugging Face Cache) given the normed latent (B, 1, T, r) and the

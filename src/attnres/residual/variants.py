@@ -16,6 +16,7 @@ import torch
 from attnres.common.checks import check_choice
 from attnres.common.deprecation import warn_deprecated
 from attnres.common.errors import InputError
+from attnres.common.registry import Registry
 from attnres.residual.averaging import AveragingScheme
 from attnres.residual.old_names import RENAMED_OPTIONS, renamed_option_values
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, nearest_num_blocks, valid_num_blocks
@@ -167,20 +168,17 @@ def _accepting_exact_conversions(init):
 
 Variant.__init__ = _accepting_exact_conversions(Variant.__init__)
 
-VARIANTS: dict[str, Variant] = {}
+VARIANTS: Registry[Variant] = Registry("residual variant")
 
 
 def register_variant(variant: Variant) -> Variant:
     """Add `variant` to the table (a name already there is an error); returns it."""
-    if variant.name in VARIANTS:
-        raise InputError(f"residual variant {variant.name!r} is already registered")
-    VARIANTS[variant.name] = variant
-    return variant
+    return VARIANTS.register(variant)
 
 
 def unregister_variant(name: str) -> None:
     """Remove a variant added with `register_variant` (for tests and experiments)."""
-    VARIANTS.pop(name)
+    VARIANTS.unregister(name)
 
 
 for _variant in (
