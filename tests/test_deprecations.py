@@ -214,6 +214,9 @@ MOVED_MODULES = [
     ("attnres.report.analyze", "attnres.report.depth_analysis", "analyze"),
     ("attnres.report.analyze_plots", "attnres.report.depth_analysis_plots", "plot_cosine_matrices"),
     ("attnres.report.analyze_report", "attnres.report.depth_analysis_report", "cosine_routers"),
+    ("attnres.model.generation", "attnres.generation.fast_generator", "FastGenerator"),
+    ("attnres.model.compile_choice", "attnres.generation.compile_choice", "compile_pays"),
+    ("attnres.model.memory_traffic", "attnres.generation.memory_traffic", "decode_bytes_per_step"),
 ]
 
 
@@ -241,3 +244,16 @@ def test_the_readme_commands_of_0_2_0_still_run_with_a_note_naming_tools(name, e
     assert (f"scripts/{name}.sh is deprecated since attnres 0.3.0 and will be removed in 0.4.0; use tools/{name}.sh"
             in result.stderr)
     assert expected in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("name", ["FastGenerator", "GenerationResult", "Sampling"])
+def test_fast_generation_names_still_import_from_attnres_model_with_a_warning(name):
+    import attnres.generation
+    import attnres.model
+
+    with pytest.warns(DeprecationWarning, match=rf"attnres\.model\.{name} is deprecated since attnres 0\.3\.0 .*; "
+                                                rf"use attnres\.generation\.{name}$"):
+        moved = getattr(attnres.model, name)
+    assert moved is getattr(attnres.generation, name)
+    with pytest.raises(AttributeError, match="no attribute 'Nonexistent'"):
+        attnres.model.Nonexistent  # noqa: B018

@@ -13,7 +13,7 @@ from attnres import AttnResLM, ModelConfig
 from attnres.common import toolchain
 from attnres.distributed.data_parallel import DataParallel
 from attnres.distributed.wrapper import StepSettings
-from attnres.model.generation import FastGenerator
+from attnres.generation.fast_generator import FastGenerator
 
 NO_GXX = "no C++ compiler found: CXX is unset and g++ is not on PATH"
 

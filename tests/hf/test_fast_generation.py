@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.hf import AttnResConfig, AttnResForCausalLM  # noqa: E402
-from attnres.model import GenerationResult  # noqa: E402
+from attnres.generation import GenerationResult  # noqa: E402
 from tests.helpers import activate_routing, options_of  # noqa: E402
 
 PROMPT = torch.tensor([[5, 17, 42, 8, 23]])

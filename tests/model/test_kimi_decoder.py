@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from attnres import AttnResLM, ModelConfig
-from attnres.model import ConfigError, FastGenerator, KVCache
+from attnres.generation import FastGenerator
+from attnres.model import ConfigError, KVCache
 from attnres.model.config import default_layer_types
 from attnres.model.flops import flops_per_token
 from attnres.model.kda import KimiDeltaAttention

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from attnres import AttnResLM, ModelConfig
-from attnres.model import ConfigError, FastGenerator
+from attnres.generation import FastGenerator
+from attnres.model import ConfigError
 from attnres.model.flops import flops_per_token
 from attnres.model.layers import MLP
 from attnres.model.moe import MixtureOfExperts

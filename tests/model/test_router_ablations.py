@@ -12,11 +12,11 @@ import torch
 from attnres import AttnResLM, ConfigError, ModelConfig
 from attnres.common.errors import InputError
 from attnres.model.config import variant_name
-from attnres.model.generation import FastGenerator
+from attnres.generation.fast_generator import FastGenerator
 from attnres.residual import VARIANTS, check_routing
 from attnres.routing import Router
 from tests.helpers import activate_routing, options_of, train_losses
-from tests.model.test_generation import eager_greedy, prompt
+from tests.generation.test_fast_generator import eager_greedy, prompt
 
 ROUTED = [(name, 3 if v.uses_blocks else None) for name, v in VARIANTS.items()
           if v.mode != "none" and issubclass(v.mixer, Router)]

@@ -26,8 +26,9 @@ import torch
 
 from attnres.residual import nearest_num_blocks
 from attnres.common.machine import machine_info
-from attnres.model import AttnResLM, FastGenerator, ModelConfig
-from attnres.model.generation import Decoding
+from attnres.generation import FastGenerator
+from attnres.model import AttnResLM, ModelConfig
+from attnres.generation.fast_generator import Decoding
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ What is measured, per variant and weight dtype:
   hits all alike) after a warm-up round; medians over rounds, ratios the median of per-round
   ratios to transformers at the same dtype. First token: the median t(1), prefill and the choice
   of the first token.
-- memory: bytes of weights and KV cache one step reads (`attnres.model.memory_traffic`), times
+- memory: bytes of weights and KV cache one step reads (`attnres.generation.memory_traffic`), times
   tokens/s, against the copy bandwidth measured at the start.
 
     .venv/bin/python tools/benchmarks/generate_speed.py --out results/generate-speed/generate_speed.json
@@ -71,7 +71,7 @@ import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.common.machine import machine_info  # noqa: E402
 from attnres.common.precision import WEIGHT_DTYPES  # noqa: E402
 from attnres.hf.export import convert_to_hf  # noqa: E402
-from attnres.model.memory_traffic import cache_bytes_per_step, copy_bandwidth_gb_s, weight_bytes_per_step  # noqa: E402
+from attnres.generation.memory_traffic import cache_bytes_per_step, copy_bandwidth_gb_s, weight_bytes_per_step  # noqa: E402
 from attnres.routing import resolve_impl  # noqa: E402
 
 

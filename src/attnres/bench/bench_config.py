@@ -63,7 +63,7 @@ class BenchConfig:
     variant that has them (`Variant.options`), adjusted to each depth where their valid values depend
     on it (`VariantOptions.for_depth`: a block count moves to the nearest valid one).
     `compiled_decode`: also decode with the static KV cache and the torch.compile'd step
-    (`attnres.model.generation`), compiled once per variant in an untimed setup.
+    (`attnres.generation.fast_generator`), compiled once per variant in an untimed setup.
     `threads`: torch's intra-op threads for the run (None: leave torch's setting).
     `preset` and `quick` record where the values came from.
     """

@@ -14,7 +14,7 @@ import torch
 from attnres.bench.bench_config import BASELINE, BenchConfig
 from attnres.common.timing import Task, ratio, run_interleaved
 from attnres.model import ModelConfig
-from attnres.model.memory_traffic import GB
+from attnres.generation.memory_traffic import GB
 from attnres.train.step_cost import VariantRunner, device_sync, memory_ratios, release_memory
 
 

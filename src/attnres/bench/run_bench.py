@@ -13,7 +13,7 @@ from attnres.bench.model_bench import run_depth_sweep, run_model_bench
 from attnres.bench.report import write_report
 from attnres.bench.router_bench import run_router_bench
 from attnres.common.machine import check_device, machine_info
-from attnres.model.memory_traffic import copy_bandwidth_gb_s
+from attnres.generation.memory_traffic import copy_bandwidth_gb_s
 from attnres.routing import resolve_impl
 
 

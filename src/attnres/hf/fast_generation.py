@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig
 
 from attnres.common.errors import InputError
 from attnres.hf.model_dir import check_model_dir, load_tokenizer
-from attnres.model.generation import GREEDY, FastGenerator, GenerationResult, Sampling
+from attnres.generation.fast_generator import GREEDY, FastGenerator, GenerationResult, Sampling
 
 # Options the fast loop implements; every other generation option must keep transformers' default.
 HANDLED = {"max_length", "max_new_tokens", "min_length", "min_new_tokens", "do_sample", "temperature", "top_k",
@@ -40,14 +40,14 @@ def static_cache_requested(model, generation_config: GenerationConfig | None, kw
 def generate_fast(model, inputs=None, generation_config: GenerationConfig | None = None, *,
                   precision: str = "fp32", stop_check_every: int | None = None, compile: bool | str | None = None,
                   **kwargs) -> GenerationResult:
-    """Greedy or sampled generation of an AttnResForCausalLM through `attnres.model.generation`.
+    """Greedy or sampled generation of an AttnResForCausalLM through `attnres.generation.fast_generator`.
 
     inputs / input_ids (B, T), attention_mask (B, T) (left padding) and every generation option
     as transformers' `generate` takes them. Compilation follows transformers' switches:
     `disable_compile=True` runs the same fixed-shape step eagerly; `compile_config` (a
     transformers CompileConfig) compiles with its backend and mode; otherwise the step is compiled
-    only where that pays for the request ("auto", `attnres.model.compile_choice`), in the device's
-    default mode (attnres.model.generation.DEFAULT_MODES). `compile` (True, False or "auto")
+    only where that pays for the request ("auto", `attnres.generation.compile_choice`), in the device's
+    default mode (attnres.generation.fast_generator.DEFAULT_MODES). `compile` (True, False or "auto")
     overrides those switches. precision: "fp32" or "bf16" (autocast).
     Returns the GenerationResult (sequences (B, T + new) as `generate` returns them, and timings).
     """

@@ -17,7 +17,7 @@ from attnres.common.errors import InputError
 from attnres.common.machine import cpu_has_native_bf16
 from attnres.common.precision import PRECISIONS, WEIGHT_DTYPES
 from attnres.hf.fast_generation import load_model_dir
-from attnres.model.memory_traffic import copy_bandwidth_gb_s
+from attnres.generation.memory_traffic import copy_bandwidth_gb_s
 from attnres.routing import IMPLS
 
 

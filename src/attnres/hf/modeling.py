@@ -12,7 +12,7 @@ from attnres.hf.configuration import AttnResConfig
 from attnres.hf.fast_generation import generate_fast, static_cache_requested
 from attnres.model import AttnResLM
 from attnres.model.cache import KV_STATE
-from attnres.model.generation import GenerationResult
+from attnres.generation.fast_generator import GenerationResult
 from attnres.model.init import init_module
 
 
@@ -141,7 +141,7 @@ class AttnResForCausalLM(AttnResPreTrainedModel, GenerationMixin):
         inputs (B, T) token ids, attention_mask (B, T) left-padded, and the generation options of
         `generate` (max_new_tokens, do_sample, temperature, top_k, top_p, min_new_tokens, eos/pad
         ids; disable_compile=True for the eager step, compile_config to compile with its backend and
-        mode; otherwise the step is compiled only where that pays, `attnres.model.compile_choice`);
+        mode; otherwise the step is compiled only where that pays, `attnres.generation.compile_choice`);
         `compile` (True, False or "auto") overrides those; options it cannot honour are refused by
         name. precision: "fp32" or "bf16" (autocast).
         Returns a GenerationResult: `sequences` (B, T + new) long as `generate` returns them, and

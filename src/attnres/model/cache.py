@@ -21,7 +21,7 @@ that caches nothing leaves no gap; the sequence length is that of the attention 
 the two a layer keeps is its token mixer's `cache_state` (attnres.model.token_mixers): `KV_STATE` or
 `RECURRENT_STATE`; either is allocated on the layer's first call.
 
-`StaticKVCache` is the fixed-shape cache of compiled decoding (`attnres.model.generation`): its
+`StaticKVCache` is the fixed-shape cache of compiled decoding (`attnres.generation.fast_generator`): its
 buffers are allocated once at `max_len`, zero-filled, and a compiled step writes one position at a
 column given as a tensor and attends over the whole buffer with a mask of the filled positions, so
 no shape changes from one token to the next.

@@ -112,7 +112,7 @@ class Attention(TokenMixer):
         or a Hugging Face Cache) holding the keys and values of earlier positions. mask: None (causal
         attention, every key real), or a boolean (B, 1, T, T_past + T) of the keys each new query may
         see (`padded_causal_mask`), for padded batches, or (B, 1, 1, capacity) for a static cache
-        (`attnres.model.generation`). real: unused (the mask says which keys are real).
+        (`attnres.generation.fast_generator`). real: unused (the mask says which keys are real).
         """
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)

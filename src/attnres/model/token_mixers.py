@@ -18,8 +18,8 @@ Attention zeroes pads instead of masking). A token mixer subclasses `TokenMixer`
 - `flops_per_token(seq_len)`: forward FLOPs per token of its mixing over positions on sequences of
   seq_len tokens; its projections are nn.Linear modules, counted apart (attnres.model.flops).
 - `decode_cache_bytes(cache, layer_idx)`: the bytes of `cache` one decode step of it reads
-  (attnres.model.memory_traffic).
-- `not_compiled`: None where `attnres.model.generation` compiles its decode step; else what to call
+  (attnres.generation.memory_traffic).
+- `not_compiled`: None where `attnres.generation.fast_generator` compiles its decode step; else what to call
   it in the message saying that step is not compiled yet.
 - its initialisation: `attnres.model.init.init_module` reaches each of its sub-modules (linear
   weights N(0, std), norm gains 1, ...) and calls the mixer's own `reset_parameters()` for the

@@ -15,7 +15,8 @@ import torch
 
 from attnres.common.precision import autocast
 from attnres.common.timing import ratio
-from attnres.model import AttnResLM, FastGenerator, KVCache, ModelConfig
+from attnres.generation import FastGenerator
+from attnres.model import AttnResLM, KVCache, ModelConfig
 from attnres.train.memory import measure_step_memory
 from attnres.train.optim import adamw
 
@@ -109,7 +110,7 @@ class VariantRunner:
 
     def decode_compiled(self) -> None:
         """decode_ids.shape[1] greedy tokens, one compiled static-cache step each
-        (`attnres.model.generation`; no host synchronisation between steps)."""
+        (`attnres.generation.fast_generator`; no host synchronisation between steps)."""
         decoding, self._decoding = self._decoding, None
         for _ in range(self.decode_ids.shape[1]):
             decoding.step()

@@ -1,14 +1,14 @@
-"""Compile the decode step only where it pays (attnres.model.compile_choice): the rule, the measured
+"""Compile the decode step only where it pays (attnres.generation.compile_choice): the rule, the measured
 compile times it reads, and a generation with compile="auto" taking either way with a stubbed cost
 model. No test reads a clock for its assertion."""
 
 import pytest
 import torch
 
-from attnres.model.compile_choice import (PRIOR_COMPILE_S_PER_SUBLAYER, PRIOR_SPEEDUP, PRIOR_WARM_SHARE,
+from attnres.generation.compile_choice import (PRIOR_COMPILE_S_PER_SUBLAYER, PRIOR_SPEEDUP, PRIOR_WARM_SHARE,
                                           CompileEstimate, CompileTimes, compile_pays, saved_seconds)
-from attnres.model.generation import FastGenerator
-from tests.model.test_generation import eager_greedy, model_for, prompt
+from attnres.generation.fast_generator import FastGenerator
+from tests.generation.test_fast_generator import eager_greedy, model_for, prompt
 
 
 def test_the_rule_weighs_the_compile_against_what_it_saves():

@@ -1,4 +1,4 @@
-"""What one decode step reads (attnres.model.memory_traffic): every weight once, the input embedding
+"""What one decode step reads (attnres.generation.memory_traffic): every weight once, the input embedding
 one row per row of the batch unless the head shares it, and the whole static KV cache."""
 
 import math
@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from attnres import AttnResLM, ModelConfig
-from attnres.model import FastGenerator
-from attnres.model.memory_traffic import (cache_bytes_per_step, copy_bandwidth_gb_s, weight_bytes_per_step)
+from attnres.generation import FastGenerator
+from attnres.generation.memory_traffic import (cache_bytes_per_step, copy_bandwidth_gb_s, weight_bytes_per_step)
 
 
 def config(tie: bool) -> ModelConfig:

@@ -1,4 +1,4 @@
-"""Fast generation (attnres.model.generation): a static KV cache and one fixed-shape decode step.
+"""Fast generation (attnres.generation.fast_generator): a static KV cache and one fixed-shape decode step.
 
 For every variant of the table, greedy tokens equal those of the eager model decoding one token at
 a time with its growing KVCache: with the step run eagerly (fast tests), and with the step compiled
@@ -14,7 +14,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 from attnres import AttnResLM, ModelConfig
 from attnres.model import KVCache, StaticKVCache
-from attnres.model.generation import FastGenerator, Sampling, choose_next
+from attnres.generation.fast_generator import FastGenerator, Sampling, choose_next
 from attnres.residual import VARIANTS
 from tests.helpers import activate_routing, exact_conversions, needs_fused_cpu, needs_inductor_cpu, options_of
 
