@@ -66,17 +66,13 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from attnres.compare.presets import load_preset
-    from attnres.compare.run_comparison import run_compare
-    from attnres.compare.tune import run_protocol
+    from attnres.compare import load_preset, run_preset
 
     preset = load_preset(args.preset, args.set)
     out = Path(args.out or f"reports/compare-{preset.name}")
     check_run_options(out, args.seeds)
-    shard = parse_shard(args.shard)
-    runner = run_compare if preset.protocol is None else run_protocol  # a `protocol:` section: the fair fight
-    results = runner(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
-                     device=args.device, shard=shard)
+    results = run_preset(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
+                         device=args.device, shard=parse_shard(args.shard))
     if results is None:
         print(f"shard {args.shard} done; run without --shard to write the report into {out}")
     else:
@@ -121,8 +117,6 @@ def _convert(args: argparse.Namespace) -> int:
     print(f"converted {args.source} -> {done.out} ({done.config.residual}, {done.num_parameters:,} parameters, "
           f"{args.dtype}); load with: import attnres.hf; AutoModelForCausalLM.from_pretrained({str(done.out)!r})")
     return 0
-
-
 
 
 def _lm_eval(args: argparse.Namespace) -> int:

@@ -163,3 +163,17 @@ def test_a_later_study_takes_each_variants_rate_from_a_finished_search(preset, t
     path.write_text(yaml.safe_dump({**later, "variants": [{"residual": "standard"}, {"residual": "mhc"}]}))
     with pytest.raises(RunConfigError, match=r"chose no rate for \['mhc'\]"):
         load_preset(str(path))
+
+
+@pytest.mark.parametrize("name, runner", [("smoke", "run_compare"), ("fair_dense", "run_protocol")])
+def test_run_preset_takes_the_protocol_where_the_preset_has_one(name, runner, tmp_path, monkeypatch):
+    import attnres.compare.tune as tune
+    from attnres.compare import load_preset, run_preset
+
+    calls = []
+    for function in ("run_compare", "run_protocol"):
+        monkeypatch.setattr(tune, function, lambda preset, out, _name=function, **options:
+                            calls.append((_name, preset.name, out, options)) or {"ran": _name})
+    preset = load_preset(name)
+    assert run_preset(preset, tmp_path, seeds=1, device="cpu") == {"ran": runner}
+    assert calls == [(runner, preset.name, tmp_path, {"seeds": 1, "device": "cpu"})]

@@ -19,7 +19,7 @@ from attnres.common.machine import machine_info
 from attnres.compare.presets import ComparePreset, at_rate, variant_run, variant_slug
 from attnres.compare.progress import CompareProgress
 from attnres.compare.protocol import RateSearch, rate_label, search_rates
-from attnres.compare.run_comparison import RECORD_KEYS, finished_record, train_variant
+from attnres.compare.run_comparison import RECORD_KEYS, finished_record, run_compare, train_variant
 from attnres.data import prepare_data
 from attnres.model import AttnResLM
 from attnres.model.config import variant_name
@@ -79,6 +79,14 @@ class _Survey:
     def _val_losses(self, index: int, rate: float) -> list[float] | None:
         records = [self.run(index, rate, seed).record for seed in range(self.preset.protocol.grid_seeds)]
         return None if any(r is None for r in records) else [r["final_val_loss"] for r in records]
+
+
+def run_preset(preset: ComparePreset, out_dir: Path, **options) -> dict | None:
+    """`attnres compare`: the fair-comparison protocol (run_protocol) where `preset` has a
+    `protocol:` section, else every variant at the preset's settings (run_compare). `options` are
+    those two functions' keywords (seeds, command, device, shard, ...); returns their results."""
+    runner = run_compare if preset.protocol is None else run_protocol
+    return runner(preset, out_dir, **options)
 
 
 def run_protocol(preset: ComparePreset, out_dir: Path, seeds: int | None = None, command: str = "",
