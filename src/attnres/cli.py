@@ -73,10 +73,7 @@ def _compare(args: argparse.Namespace) -> int:
     check_run_options(out, args.seeds)
     results = run_preset(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
                          device=args.device, shard=parse_shard(args.shard))
-    if results is None:
-        print(f"shard {args.shard} done; run without --shard to write the report into {out}")
-    else:
-        print(f"report: {out / 'report.md'} and {out / 'index.html'}")
+    _print_outcome(results, args.shard, out)
     return 0
 
 
@@ -93,15 +90,19 @@ def _scaling(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan_text(preset, plan_sweep(preset, out, seeds=args.seeds)))
         return 0
-    shard = parse_shard(args.shard)
     results = run_sweep(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv), device=args.device,
-                        shard=shard, launcher=args.launcher, replicates=args.replicates,
+                        shard=parse_shard(args.shard), launcher=args.launcher, replicates=args.replicates,
                         cost_repeats=args.cost_repeats)
+    _print_outcome(results, args.shard, out)
+    return 0
+
+
+def _print_outcome(results, shard: str | None, out: Path) -> None:
+    """What a sharded job (no results) or a finished one (its report) left, for compare and scaling."""
     if results is None:
-        print(f"shard {args.shard} done; run without --shard to write the report into {out}")
+        print(f"shard {shard} done; run without --shard to write the report into {out}")
     else:
         print(f"report: {out / 'report.md'} and {out / 'index.html'}")
-    return 0
 
 
 def _convert(args: argparse.Namespace) -> int:
