@@ -58,7 +58,7 @@ def test_generate_prints_the_greedy_text_and_the_figures(converted, capsys):
     assert out == expected + "\n"
     assert "prefill" in err and "tokens/s" in err and "compile: none (--no-compile" in err
     assert "decode: 11 tokens in" in err and "12 new tokens in all, weights fp32, precision fp32, 1 threads" in err
-    assert "of weights and KV cache read per step" in err and "copy bandwidth" in err
+    assert "of weights and KV cache read per step" in err and "read bandwidth" in err
     # how routing is computed is chosen per run, not stored with the model: the same text
     assert main(["generate", str(converted), "--prompt", PROMPT, "--max-new-tokens", "12", "--no-compile",
                  "--threads", "1", "--routing-impl", "reference"]) == 0

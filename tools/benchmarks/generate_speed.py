@@ -22,7 +22,8 @@ What is measured, per variant and weight dtype:
   ratios to transformers at the same dtype. First token: the median t(1), prefill and the choice
   of the first token.
 - memory: bytes of weights and KV cache one step reads (`attnres.generation.memory_traffic`), times
-  tokens/s, against the copy bandwidth measured at the start.
+  tokens/s, against the machine's read bandwidth (attnres.generation.memory_bandwidth, measured anew at
+  the start and kept) and a copy measured beside it.
 
     .venv/bin/python tools/benchmarks/generate_speed.py --out results/generate-speed/generate_speed.json
 """
@@ -71,6 +72,7 @@ import attnres.hf  # noqa: E402,F401  (registers the Auto classes)
 from attnres.common.machine import machine_info  # noqa: E402
 from attnres.common.precision import WEIGHT_DTYPES  # noqa: E402
 from attnres.hf.export import convert_to_hf  # noqa: E402
+from attnres.generation.memory_bandwidth import read_bandwidth  # noqa: E402
 from attnres.generation.memory_traffic import cache_bytes_per_step, copy_bandwidth_gb_s, weight_bytes_per_step  # noqa: E402
 from attnres.routing import resolve_impl  # noqa: E402
 
@@ -221,8 +223,11 @@ def main() -> None:
     gguf = smollm2_gguf(Path(ARGS.cache))
     paths = {name: converted_dir(gguf, work, *VARIANTS[name]) for name in ARGS.variants}
     Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).mkdir(parents=True, exist_ok=True)
-    bandwidth = copy_bandwidth_gb_s()
-    print(f"copy bandwidth: {bandwidth:.1f} GB/s with {ARGS.threads} threads", flush=True)
+    copy = copy_bandwidth_gb_s()
+    read = read_bandwidth(remeasure=True)
+    bandwidth = read.gb_s
+    print(f"read bandwidth: {bandwidth:.1f} GB/s over {read.buffer_bytes / 2 ** 20:.0f} MiB (last-level cache "
+          f"{(read.cache_bytes or 0) / 2 ** 20:.0f} MiB); copy {copy:.1f} GB/s; {ARGS.threads} threads", flush=True)
     first = {name: first_answer(paths[name], work) for name in ARGS.variants}
     compiles = {}
     for dtype in ARGS.dtypes:
@@ -251,12 +256,13 @@ def main() -> None:
                             "routing": resolve_impl("auto", torch.device("cpu"), quiet=True)},
               "threads": ARGS.threads, "new_tokens": ARGS.new_tokens, "repeats": ARGS.repeats,
               "prompt_tokens": ids.shape[1], "model": f"SmolLM2-135M ({gguf.name}, dequantised)",
-              "copy_bandwidth_gb_s": bandwidth, "first_answer": first, "compile": compiles, "decode": results}
+              "read_bandwidth_gb_s": bandwidth, "read_buffer_bytes": read.buffer_bytes,
+              "last_level_cache_bytes": read.cache_bytes, "copy_bandwidth_gb_s": copy, "first_answer": first, "compile": compiles, "decode": results}
     print(json.dumps({key: report[key] for key in ("first_answer", "compile")}, indent=1))
     for dtype, rows in results.items():
         for label, row in rows.items():
             print(f"{dtype} {label}: {row['tokens_per_s']:.1f} tokens/s, {row['ratio_to_transformers']:.2f}x "
-                  f"transformers, {row['gb_per_s']:.1f} GB/s ({100 * row['gb_per_s'] / bandwidth:.0f} % of copy), "
+                  f"transformers, {row['gb_per_s']:.1f} GB/s ({100 * row['gb_per_s'] / bandwidth:.0f} % of read bandwidth), "
                   f"same tokens: {row['same_tokens_as_transformers']}")
     if ARGS.out:
         Path(ARGS.out).parent.mkdir(parents=True, exist_ok=True)

@@ -65,7 +65,7 @@ def format_markdown(results: dict) -> str:
              f"round(s), seed {config['seed']}" + (", --quick" if config.get("quick") else "") + ".", ""]
     for note in results.get("notes", []):
         lines += [f"> {note}", ""]
-    lines += _model_section(results.get("models"), machine.get("copy_bandwidth_gb_s"))
+    lines += _model_section(results.get("models"), _bandwidth_limit(machine))
     lines += _sweep_section(results.get("depth_sweep"))
     lines += _router_section(results.get("router"))
     lines += ["## How this is measured", "",
@@ -84,7 +84,19 @@ def format_markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def _model_section(models: dict | None, copy_gb_s: float | None = None) -> list[str]:
+def _bandwidth_limit(machine: dict) -> tuple[float, str] | None:
+    """What decoding's memory traffic is compared with: the machine's read bandwidth (kept per machine,
+    attnres.generation.memory_bandwidth), or in results of 0.2.0 and before the copy measured at the start."""
+    if machine.get("read_bandwidth_gb_s"):
+        gb_s = machine["read_bandwidth_gb_s"]
+        return gb_s, f"this machine's {gb_s:.1f} GB/s read bandwidth (a sum over a buffer 8x its last-level cache)"
+    if machine.get("copy_bandwidth_gb_s"):
+        gb_s = machine["copy_bandwidth_gb_s"]
+        return gb_s, f"a {gb_s:.1f} GB/s tensor copy measured at the start"
+    return None
+
+
+def _model_section(models: dict | None, limit: tuple[float, str] | None = None) -> list[str]:
     if not models:
         return []
     variants = models["variants"]
@@ -102,7 +114,7 @@ def _model_section(models: dict | None, copy_gb_s: float | None = None) -> list[
                                   _ms(row["decode_compiled_per_token_s"]["median_s"]),
                                   _x(r.get("decode_compiled_per_token")), _x(row.get("compiled_decode_speedup")),
                                   "-" if compile_s is None else f"{compile_s:.0f}",
-                                  _traffic(row.get("decode_compiled_gb_per_s"), copy_gb_s)])
+                                  _traffic(row.get("decode_compiled_gb_per_s"), limit and limit[0])])
         m = row["memory"]
         mem_rows.append([name, _mib(m["peak_bytes"]), _x(r["peak_memory"]), _mib(m["activation_bytes"]),
                          _x(r["activation_memory"]), _mib(m["non_activation_bytes"]), _x(r["non_activation_memory"]),
@@ -110,24 +122,24 @@ def _model_section(models: dict | None, copy_gb_s: float | None = None) -> list[
     return ([head, "", "### Time", ""]
             + _table(["variant", "train step (ms)", "x standard", "prefill (ms)", "x standard",
                       "decode (ms/token)", "x standard"], time_rows)
-            + _compiled_decode_table(compiled_rows, copy_gb_s)
+            + _compiled_decode_table(compiled_rows, limit)
             + ["", "### Memory of one training step", ""]
             + _table(["variant", "peak (MiB)", "x standard", "activations (MiB)", "x standard",
                       "rest of peak (MiB)", "x standard", "parameters"], mem_rows) + [""])
 
 
-def _traffic(gb_per_s: float | None, copy_gb_s: float | None) -> str:
-    """'12.3 (45 %)': a step's memory traffic and its share of the measured copy bandwidth."""
+def _traffic(gb_per_s: float | None, limit_gb_s: float | None) -> str:
+    """'12.3 (45 %)': a step's memory traffic and its share of the bandwidth limit."""
     if gb_per_s is None:
         return "-"
-    return f"{gb_per_s:.1f}" + (f" ({gb_per_s / copy_gb_s:.0%})" if copy_gb_s else "")
+    return f"{gb_per_s:.1f}" + (f" ({gb_per_s / limit_gb_s:.0%})" if limit_gb_s else "")
 
 
-def _compiled_decode_table(rows: list[list[str]], copy_gb_s: float | None = None) -> list[str]:
+def _compiled_decode_table(rows: list[list[str]], limit: tuple[float, str] | None = None) -> list[str]:
     if not rows:
         return []
-    limit = (f" Memory: the weights and KV cache one compiled step reads, per second, and its share of a "
-             f"{copy_gb_s:.1f} GB/s tensor copy measured at the start." if copy_gb_s else "")
+    limit = (f" Memory: the weights and KV cache one compiled step reads, per second, and its share of "
+             f"{limit[1]}." if limit else "")
     return (["", "### Decode: eager and compiled", "",
              "Eager: AttnResLM.forward one token at a time with the growing KV cache. Compiled: the static KV "
              "cache and the decode step (routing and the greedy choice included) captured once by "

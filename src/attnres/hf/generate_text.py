@@ -17,7 +17,7 @@ from attnres.common.errors import InputError
 from attnres.common.machine import cpu_has_native_bf16
 from attnres.common.precision import PRECISIONS, WEIGHT_DTYPES
 from attnres.hf.fast_generation import load_model_dir
-from attnres.generation.memory_traffic import copy_bandwidth_gb_s
+from attnres.generation.memory_bandwidth import read_bandwidth
 from attnres.routing import IMPLS
 
 
@@ -100,7 +100,8 @@ def generate_text(model_dir: str | Path, request: GenerationRequest,
 
 def timing_lines(result, request: GenerationRequest) -> list[str]:
     """What the decoding cost: prompt and prefill, compile, decode, and on a CPU the bytes each step
-    read against this machine's copy bandwidth (measured now)."""
+    read against this machine's read bandwidth (attnres.generation.memory_bandwidth: measured once
+    per machine and thread count, then kept)."""
     if request.compile is False:
         compiled = "none (--no-compile: the same fixed-shape step runs eagerly)"
     elif result.compile_mode is None:
@@ -114,10 +115,12 @@ def timing_lines(result, request: GenerationRequest) -> list[str]:
              f"({result.decode_tokens_per_s:.1f} tokens/s); {result.new_tokens} new tokens in all, weights "
              f"{request.dtype}, precision {request.precision}, {torch.get_num_threads()} threads, {request.device}"]
     if result.decode_steps and request.device == "cpu":
-        limit = copy_bandwidth_gb_s()
+        limit = read_bandwidth()
         size = result.decode_bytes_per_step
         size = f"{size / 1e6:.0f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+        kept = "measured now" if limit.fresh else f"measured {limit.measured}"
+        kept += f", kept in {limit.path}" if limit.path is not None else ""
         lines.append(f"memory: {size} of weights and KV cache read per step, "
-                     f"{result.decode_gb_per_s:.1f} GB/s: {100 * result.decode_gb_per_s / limit:.0f} % of this "
-                     f"machine's copy bandwidth ({limit:.1f} GB/s, measured now)")
+                     f"{result.decode_gb_per_s:.1f} GB/s: {100 * result.decode_gb_per_s / limit.gb_s:.0f} % of this "
+                     f"machine's read bandwidth ({limit.gb_s:.1f} GB/s, {kept})")
     return lines
