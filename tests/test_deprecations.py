@@ -217,6 +217,8 @@ MOVED_MODULES = [
     ("attnres.model.generation", "attnres.generation.fast_generator", "FastGenerator"),
     ("attnres.model.compile_choice", "attnres.generation.compile_choice", "compile_pays"),
     ("attnres.model.memory_traffic", "attnres.generation.memory_traffic", "decode_bytes_per_step"),
+    ("attnres.model.config", "attnres.model.model_config", "ModelConfig"),
+    ("attnres.model.init", "attnres.model.init_weights", "init_module"),
 ]
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from attnres.cli import main
 from attnres.compare.presets import available_presets, load_preset
-from attnres.model.config import RESIDUALS
+from attnres.model.model_config import RESIDUALS
 from attnres.report.plots import figure_legend
 from attnres.train import RunConfigError
 from tests.report.test_plots import assert_legible

@@ -2,7 +2,7 @@
 Kimi paper's 16-layer ablation table (METHOD §6) with the contenders."""
 
 from attnres.compare.presets import available_presets, load_preset
-from attnres.model.config import entry_options, variant_name
+from attnres.model.model_config import entry_options, variant_name
 
 
 def test_every_bundled_preset_loads_and_validates_its_variants():

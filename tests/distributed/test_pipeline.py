@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from attnres.distributed.pipeline import build_pipeline
 from attnres.distributed.pipeline_layout import PipelineConfig
-from attnres.model.config import ModelConfig
+from attnres.model.model_config import ModelConfig
 from attnres.model.decoder import AttnResLM
 from tests.distributed.spawn import run_workers
 from tests.helpers import activate_routing, options_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnres.distributed.pipeline_layout import PipelineConfig, PipelineConfigError, build_layout
-from attnres.model.config import ModelConfig
+from attnres.model.model_config import ModelConfig
 from tests.helpers import options_of
 
 

@@ -12,7 +12,7 @@ import torch
 from attnres.distributed.pipeline_layout import PipelineConfig, build_layout
 from attnres.distributed.pipeline_stage import StageModule
 from attnres.distributed.stage_cache import ByteCounter, SourceCache
-from attnres.model.config import ModelConfig
+from attnres.model.model_config import ModelConfig
 from attnres.model.decoder import AttnResLM, next_token_loss
 from tests.helpers import activate_routing, options_of
 

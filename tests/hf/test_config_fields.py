@@ -17,7 +17,7 @@ from attnres.common.errors import InputError  # noqa: E402
 from attnres.common.json_files import JSONFileError, read_json_object  # noqa: E402
 from attnres.hf import AttnResConfig, AttnResForCausalLM, ConversionError  # noqa: E402
 from attnres.model import ConfigError, ModelConfig  # noqa: E402
-from attnres.model.config import HF_NAMES, hf_field, hf_names  # noqa: E402
+from attnres.model.model_config import HF_NAMES, hf_field, hf_names  # noqa: E402
 
 SHAPE = dict(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=48)
 

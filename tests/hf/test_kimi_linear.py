@@ -9,7 +9,7 @@ import torch
 
 from attnres.hf.convert import ConversionError, convert_checkpoint, model_config_from_hf
 from attnres.hf.kimi_linear import kimi_linear_fields
-from attnres.model.config import (FULL_ATTENTION_EVERY, KIMI_FIRST_FULL_TRANSFORMERS, default_layer_types,
+from attnres.model.model_config import (FULL_ATTENTION_EVERY, KIMI_FIRST_FULL_TRANSFORMERS, default_layer_types,
                                   kimi_linear_layer_types)
 from attnres.residual import VARIANTS
 from tests.helpers import kimi_linear_in_float64, options_of

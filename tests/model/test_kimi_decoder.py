@@ -10,7 +10,7 @@ import torch
 from attnres import AttnResLM, ModelConfig
 from attnres.generation import FastGenerator
 from attnres.model import ConfigError, KVCache
-from attnres.model.config import default_layer_types
+from attnres.model.model_config import default_layer_types
 from attnres.model.flops import flops_per_token
 from attnres.model.kda import KimiDeltaAttention
 from attnres.model.mla import LatentAttention

@@ -22,7 +22,7 @@ import torch
 from attnres import AttnResLM, ModelConfig
 from attnres.common.errors import InputError
 from attnres.model import KVCache
-from attnres.model.config import LAYER_TYPES, ConfigError
+from attnres.model.model_config import LAYER_TYPES, ConfigError
 from attnres.model.layers import Attention
 from attnres.model.token_mixers import TOKEN_MIXERS, TokenMixerType, register_token_mixer, unregister_token_mixer
 from tests.distributed.spawn import run_workers

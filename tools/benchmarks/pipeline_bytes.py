@@ -32,7 +32,7 @@ from attnres.common.atomic import write_atomic
 from attnres.common.machine import machine_info
 from attnres.distributed.pipeline import build_pipeline
 from attnres.distributed.pipeline_layout import PipelineConfig, build_layout, tensor_bytes
-from attnres.model.config import ModelConfig
+from attnres.model.model_config import ModelConfig
 from attnres.model.decoder import AttnResLM
 from attnres.report.document import dumps_json, jsonable
 from attnres.routing.route import resolve_impl

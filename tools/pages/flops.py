@@ -3,7 +3,7 @@ ratios sit beside the measured step costs they explain."""
 
 from __future__ import annotations
 
-from attnres.model.config import ModelConfig
+from attnres.model.model_config import ModelConfig
 from attnres.model.flops import flops_per_token
 from tools.pages.seeds import table
 

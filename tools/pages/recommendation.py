@@ -8,7 +8,7 @@ import decimal
 import json
 
 from attnres.analysis.intervals import mean
-from attnres.model.config import entry_options
+from attnres.model.model_config import entry_options
 from tools.pages import costs, fair, scaling
 from tools.pages.conversion import CONVERSION, exact_conversion
 from tools.pages.conversion import verdict as exact_conversion_words

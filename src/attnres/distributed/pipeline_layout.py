@@ -23,7 +23,7 @@ import torch
 
 from attnres.common.checks import check_bool, check_choice, check_int, is_int
 from attnres.common.errors import InputError
-from attnres.model.config import ModelConfig
+from attnres.model.model_config import ModelConfig
 from attnres.residual import build_residual
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved1f1b")

@@ -2,7 +2,7 @@
 
 Its model fields are not written here: they are generated from `ModelConfig`'s dataclass fields,
 under the names transformers' configs and generation utilities use (num_hidden_layers, rms_norm_eps,
-...), with the defaults and JSON types declared beside each field (`attnres.model.config.hf_field`).
+...), with the defaults and JSON types declared beside each field (`attnres.model.model_config.hf_field`).
 A field added to ModelConfig, or to a subclass of it, is therefore a field here with no edit to this
 package; `to_model_config()` gives the attnres ModelConfig back.
 """

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from attnres.hf.conversion_error import ConversionError
-from attnres.model.config import KIMI_FIRST_FULL_TRANSFORMERS, kimi_linear_layer_types
+from attnres.model.model_config import KIMI_FIRST_FULL_TRANSFORMERS, kimi_linear_layer_types
 
 MODEL_TYPE = "kimi_linear"
 # checkpoint name -> attnres name, as a suffix of a layer's parameter

@@ -13,7 +13,7 @@ from attnres.hf.fast_generation import generate_fast, static_cache_requested
 from attnres.model import AttnResLM
 from attnres.model.cache import KV_STATE
 from attnres.generation.fast_generator import GenerationResult
-from attnres.model.init import init_module
+from attnres.model.init_weights import init_module
 
 
 class AttnResPreTrainedModel(PreTrainedModel):

@@ -46,7 +46,7 @@ from attnres.hf.conversion_error import ConversionError
 from attnres.hf.kimi_linear import MODEL_TYPE as KIMI_LINEAR
 from attnres.hf.kimi_linear import Parts, runtime_layout
 from attnres.model import AttnResLM, ModelConfig
-from attnres.model.init import init_module
+from attnres.model.init_weights import init_module
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"

@@ -5,9 +5,9 @@ import importlib
 from attnres.common.deprecation import warn_deprecated
 from attnres.model.attention_config import KDAConfig, MLAConfig
 from attnres.model.cache import KVCache, StaticKVCache
-from attnres.model.config import RESIDUALS, ConfigError, ModelConfig, valid_num_blocks
+from attnres.model.model_config import RESIDUALS, ConfigError, ModelConfig, valid_num_blocks
 from attnres.model.decoder import AttnResLM, CausalLMOutput, next_token_loss
-from attnres.model.init import init_module
+from attnres.model.init_weights import init_module
 from attnres.model.moe import MixtureOfExperts
 from attnres.model.moe_config import MoEConfig
 

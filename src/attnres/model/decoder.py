@@ -11,8 +11,8 @@ from torch.utils.checkpoint import checkpoint
 
 from attnres.common.errors import InputError
 from attnres.model.cache import KV_STATE, cached_length
-from attnres.model.config import ModelConfig
-from attnres.model.init import init_module
+from attnres.model.model_config import ModelConfig
+from attnres.model.init_weights import init_module
 from attnres.model.layers import DecoderLayer, RotaryEmbedding, padded_causal_mask, padded_positions
 from attnres.norm import RMSNorm
 from attnres.residual import ResidualScheme, StreamState, build_residual

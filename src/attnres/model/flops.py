@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from attnres.common.errors import InputError
-from attnres.model.config import ModelConfig
+from attnres.model.model_config import ModelConfig
 from attnres.model.decoder import AttnResLM
 from attnres.model.moe import MixtureOfExperts
 

@@ -1,26 +1,5 @@
-"""The one initialisation of attnres models, used by AttnResLM and by the Hugging Face classes."""
+"""Deprecated since attnres 0.3.0 (removed in 0.4.0): this module is `attnres.model.init_weights`."""
 
-from __future__ import annotations
+from attnres.common.deprecation import moved_module
 
-from torch import nn
-
-from attnres.model.moe import MixtureOfExperts
-from attnres.norm import RMSNorm
-from attnres.routing import DepthMixer
-
-
-def init_module(module: nn.Module, std: float) -> None:
-    """Initialise `module`'s own parameters: linear and embedding weights N(0, std) and biases 0 (as
-    transformers initialises Qwen3/Llama), a mixture of experts' router and experts N(0, std) and its
-    score bias 0, norm gains 1, depth mixers by their method's rule (method §2:
-    zero queries, unit key gains, zero gates), convolutions by PyTorch's default, and a module that
-    declares `own_init` (a token mixer, Kimi Delta Attention's forget gate: attnres.model.token_mixers)
-    by its `reset_parameters()`. Other modules are left alone."""
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, mean=0.0, std=std)
-        if getattr(module, "bias", None) is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, (RMSNorm, DepthMixer, nn.Conv1d)) or getattr(module, "own_init", False):
-        module.reset_parameters()  # RMSNorm: also the gated one
-    elif isinstance(module, MixtureOfExperts):
-        module.reset_parameters(std)
+__getattr__ = moved_module(__name__, "attnres.model.init_weights")

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnres.model.cache import RECURRENT_STATE
-from attnres.model.config import ModelConfig
+from attnres.model.model_config import ModelConfig
 from attnres.model.kda import KimiDeltaAttention
 from attnres.model.mla import LatentAttention
 from attnres.model.mlp import MLP

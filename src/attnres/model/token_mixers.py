@@ -21,7 +21,7 @@ Attention zeroes pads instead of masking). A token mixer subclasses `TokenMixer`
   (attnres.generation.memory_traffic).
 - `not_compiled`: None where `attnres.generation.fast_generator` compiles its decode step; else what to call
   it in the message saying that step is not compiled yet.
-- its initialisation: `attnres.model.init.init_module` reaches each of its sub-modules (linear
+- its initialisation: `attnres.model.init_weights.init_module` reaches each of its sub-modules (linear
   weights N(0, std), norm gains 1, ...) and calls the mixer's own `reset_parameters()` for the
   parameters it holds directly (none, for the built-in mixers); a sub-module with a rule of its own
   declares `own_init = True` and is reset by its `reset_parameters()` in module order.

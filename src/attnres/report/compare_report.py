@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
-from attnres.model.config import entry_options
+from attnres.model.model_config import entry_options
 from attnres.report.compare_summary import BASELINE, run_depth_stats, summarize
 from attnres.report.document import compact, dumps_json, fmt, jsonable, render_html, render_markdown
 from attnres.report.names import slug, unique_name

@@ -1,0 +1,296 @@
+"""ModelConfig: the decoder's shape and its residual scheme, validated at construction."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import MISSING, asdict, dataclass, field, fields
+
+from attnres.common.checks import check_bool, check_int, check_positive_number, divisors_hint, required_fields
+from attnres.common.deprecation import warn_deprecated
+from attnres.common.errors import InputError
+from attnres.model.attention_config import KDAConfig, MLAConfig
+from attnres.model.moe_config import MoEConfig
+from attnres.model.cache import KV_STATE
+from attnres.model.token_mixers import TOKEN_MIXERS
+from attnres.residual import VARIANTS, VariantOptions, resolve_options, valid_num_blocks, variant_label
+from attnres.residual.legacy import FLAT_OPTIONS, RUN_SETTINGS, upgrade_model_fields
+
+# What a layer's token mixer is: a name of the layer-type table (attnres.model.token_mixers, whose
+# built-in rows are transformers' `layer_types` names): softmax attention over the sequence
+# (grouped-query, or latent with `mla`), Kimi Delta Attention (needs `kda`), or a registered one.
+LAYER_TYPES = TOKEN_MIXERS
+MAX_LAYERS = 4096  # far deeper than any model trained (a few hundred layers); the checks are linear in depth
+FULL_ATTENTION_EVERY = 4  # Kimi Linear's 3:1 pattern: every 4th layer full attention, the rest linear
+# Where that pattern's first full-attention layer sits (0-based), in the two defaults that differ:
+# ModelConfig's with `kda` and no layer_types (1-based 4, 8, ..., as the released checkpoints'
+# `full_attn_layers`), and transformers' KimiLinearConfig's for a config.json with neither
+# layer_types nor full_attn_layers (`i and i % 4 == 0`: 0-based 4, 8, ...), which conversion follows.
+KIMI_FIRST_FULL_ATTNRES = 3
+KIMI_FIRST_FULL_TRANSFORMERS = 4
+
+
+def kimi_linear_layer_types(num_layers: int, first_full: int) -> tuple[str, ...]:
+    """Kimi Linear's 3:1 pattern over `num_layers` layers: full attention at 0-based layers
+    first_full, first_full + FULL_ATTENTION_EVERY, ..., linear attention elsewhere."""
+    return tuple("full_attention" if i >= first_full and (i - first_full) % FULL_ATTENTION_EVERY == 0
+                 else "linear_attention" for i in range(num_layers))
+
+
+def default_layer_types(num_layers: int, linear: bool) -> tuple[str, ...]:
+    """Every layer full attention; with `linear`, Kimi Linear's 3:1 pattern (every 4th layer full,
+    counting from 1, the rest linear: `full_attn_layers` 4, 8, ... of its checkpoints)."""
+    if not linear:
+        return ("full_attention",) * num_layers
+    return kimi_linear_layer_types(num_layers, KIMI_FIRST_FULL_ATTNRES)
+
+
+# The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
+# holds any registered later.
+RESIDUALS = tuple(VARIANTS)
+
+
+def hf_field(hf_name: str | None = None, *, default=MISSING, hf_default=MISSING, hf_type: str | None = None):
+    """A ModelConfig field declared with how Hugging Face's config (`attnres.hf.AttnResConfig`, whose
+    fields are generated from these) spells it: `hf_name`, the name transformers' configs and
+    generation utilities use (default: the field's own); `hf_default`, the default there of a field
+    ModelConfig requires; `hf_type`, its JSON type there where it differs (an options object: a dict)."""
+    metadata = {"hf": hf_name} if hf_name else {}
+    if hf_default is not MISSING:
+        metadata["hf_default"] = hf_default
+    if hf_type:
+        metadata["hf_type"] = hf_type
+    return field(default=default, metadata=metadata)
+
+
+def hf_names(config_class: type) -> dict[str, str]:
+    """{field: its Hugging Face name} of a ModelConfig class, for the fields named otherwise there."""
+    return {f.name: f.metadata["hf"] for f in fields(config_class) if "hf" in f.metadata}
+
+
+class ConfigError(InputError):
+    """An invalid configuration value; the message names the field and the allowed values."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """What a Qwen3-architecture decoder computes: its shape and the residual scheme between sub-layers.
+
+    `residual` is a name of the variant table (`attnres.residual.VARIANTS`) and `residual_options`
+    its options (`VARIANTS[residual].options`, a frozen dataclass; docs/reference/config.md lists
+    every variant's), given as that object, a dict of its fields, or None for the defaults, and
+    stored as the object. Block AttnRes and Delta Block need `num_blocks`.
+    `moe`: a mixture-of-experts feed-forward (`attnres.model.moe_config.MoEConfig`, or a dict of
+    its fields) in every layer from `moe.dense_layers` on; None: the dense SwiGLU everywhere.
+    Kimi Linear's token mixers (`attnres.model.attention_config`): `mla` makes every full-attention
+    layer multi-head latent attention (None: grouped-query attention); `kda` gives the
+    "linear_attention" layers Kimi Delta Attention. `layer_types`: one of LAYER_TYPES per layer;
+    None: all full attention, or with `kda` every 4th layer full (`default_layer_types`).
+    `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
+    keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
+    How routing is computed (the routing implementation and chunk size) is not part of the model:
+    it is a run setting (`TrainConfig.routing_impl`) or `AttnResLM.set_routing` on a loaded model.
+    """
+
+    # The one table of fields: each one's Hugging Face name, default and type there (`hf_field`) sit
+    # beside it, and AttnResConfig's fields are generated from them.
+    vocab_size: int = hf_field(hf_default=32000)
+    hidden_size: int = hf_field(hf_default=512)
+    num_layers: int = hf_field("num_hidden_layers", hf_default=8)
+    num_heads: int = hf_field("num_attention_heads", hf_default=8)
+    num_kv_heads: int = hf_field("num_key_value_heads", hf_default=8)
+    head_dim: int | None = None
+    intermediate_size: int = hf_field(hf_default=1536)
+    moe: MoEConfig | dict | None = hf_field(default=None, hf_type="dict | None")
+    mla: MLAConfig | dict | None = hf_field(default=None, hf_type="dict | None")
+    kda: KDAConfig | dict | None = hf_field(default=None, hf_type="dict | None")
+    layer_types: tuple[str, ...] | list | None = hf_field(default=None, hf_type="list[str] | None")
+    residual: str = "standard"
+    residual_options: VariantOptions | dict | None = hf_field(default=None, hf_type="dict | None")
+    tie_embeddings: bool = hf_field("tie_word_embeddings", default=True)
+    qk_norm: bool = True
+    attention_bias: bool = False
+    rope_theta: float = hf_field("attnres_rope_theta", default=1_000_000.0)
+    norm_eps: float = hf_field("rms_norm_eps", default=1e-6)
+    max_seq_len: int = hf_field("max_position_embeddings", default=2048)
+    init_std: float = hf_field("initializer_range", default=0.02)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                     "intermediate_size", "max_seq_len"):
+            check_int(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
+        if self.num_layers > MAX_LAYERS:  # checking the residual scheme builds one router per sub-layer
+            raise ConfigError(f"ModelConfig.num_layers must be at most {MAX_LAYERS}, got {self.num_layers}")
+        if self.head_dim is None:
+            if self.hidden_size % self.num_heads:
+                raise ConfigError(
+                    f"ModelConfig.head_dim: hidden_size={self.hidden_size} is not divisible by "
+                    f"num_heads={self.num_heads}; give head_dim explicitly (a positive even integer)")
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
+        check_int(self.head_dim, "ModelConfig.head_dim", error=ConfigError)
+        if self.head_dim % 2 and self.mla is None:  # latent attention encodes no position
+            raise ConfigError(f"ModelConfig.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"ModelConfig.num_kv_heads must divide num_heads={self.num_heads}; allowed values: "
+                f"{divisors_hint(self.num_heads)}, got {self.num_kv_heads}")
+        for name in ("rope_theta", "norm_eps", "init_std"):
+            check_positive_number(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
+        for name in ("tie_embeddings", "qk_norm", "attention_bias"):
+            check_bool(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
+        for name, kind in (("moe", MoEConfig), ("mla", MLAConfig), ("kda", KDAConfig)):
+            if getattr(self, name) is not None:
+                try:
+                    object.__setattr__(self, name, kind.from_dict(getattr(self, name)))
+                except InputError as error:
+                    raise ConfigError(f"ModelConfig.{name}: {error}") from None
+        if self.moe is not None and self.moe.dense_layers > self.num_layers:
+            raise ConfigError(f"ModelConfig.moe: dense_layers must be from 0 to num_layers={self.num_layers}, "
+                              f"got {self.moe.dense_layers}")
+        self._check_layer_types()
+        options = resolve_options(self.residual, self.residual_options, self.num_layers, prefix="ModelConfig.",
+                                  error=ConfigError)
+        object.__setattr__(self, "residual_options", options)
+
+    def _check_layer_types(self) -> None:
+        if self.layer_types is None:
+            if self.kda is not None:
+                object.__setattr__(self, "layer_types", default_layer_types(self.num_layers, linear=True))
+            return
+        types = self.layer_types
+        if not isinstance(types, (list, tuple)) or len(types) != self.num_layers or any(
+                not isinstance(t, str) or t not in LAYER_TYPES for t in types):
+            raise ConfigError(f"ModelConfig.layer_types must be None or a list of num_layers={self.num_layers} values "
+                              f"from {list(LAYER_TYPES)}, got {types!r}")
+        rows = [LAYER_TYPES[t] for t in dict.fromkeys(types)]
+        if all(row.cache_state != KV_STATE for row in rows):
+            keeping = [name for name, row in LAYER_TYPES.items() if row.cache_state == KV_STATE]
+            raise ConfigError(f"ModelConfig.layer_types needs at least one layer that caches keys and values "
+                              f"({keeping}): caches (attnres's and transformers') count the positions seen in them")
+        for row in rows:
+            missing = [name for name in row.requires if getattr(self, name) is None]
+            if missing:
+                raise ConfigError(f"ModelConfig.layer_types has {row.name!r} layers but ModelConfig.{missing[0]} is None; "
+                                  f"give {missing[0]} or use other layer types")
+        object.__setattr__(self, "layer_types", tuple(types))
+
+    def layer_type(self, index: int) -> str:
+        """Layer `index`'s token mixer: a name of LAYER_TYPES ("full_attention", "linear_attention", ...)."""
+        return "full_attention" if self.layer_types is None else self.layer_types[index]
+
+    @property
+    def num_sublayers(self) -> int:
+        """2L: attention and MLP sub-layers alternate, attention first."""
+        return 2 * self.num_layers
+
+    @property
+    def variant(self) -> str:
+        """The variant's display name: its residual and the options that differ from their defaults."""
+        return variant_label(self.residual, self.residual_options)
+
+    def to_dict(self) -> dict:
+        """Plain dict of every field, the options as a dict (round-trips through `ModelConfig(**d)`); lists,
+        not tuples, so YAML and JSON write it as they read it."""
+        values = asdict(self)
+        if values["layer_types"] is not None:
+            values["layer_types"] = list(values["layer_types"])
+        return values
+
+    def to_hf_dict(self) -> dict:
+        """The fields under Hugging Face's names: a `config.json` for `AttnResForCausalLM`."""
+        values, names = self.to_dict(), hf_names(type(self))
+        renamed = {names.get(name, name): value for name, value in values.items()}
+        return {"model_type": "attnres", "architectures": ["AttnResForCausalLM"], **renamed}
+
+    @classmethod
+    def from_hf_dict(cls, values: dict) -> "ModelConfig":
+        """Inverse of `to_hf_dict` (other keys of a config.json are ignored); a config.json written
+        before the options were typed loads too (`attnres.residual.legacy`)."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"config.json must hold a JSON object of model fields, got {type(values).__name__}")
+        ours, names = {f.name for f in fields(cls)}, hf_names(cls)
+        back = {hf: name for name, hf in names.items()}
+        values, _ = upgrade_model_fields({back.get(key, key): value for key, value in values.items()},
+                                         prefix="config.json: ", error=ConfigError)
+        return cls._with_required({key: value for key, value in values.items() if key in ours}, "config.json",
+                                  names)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "ModelConfig":
+        """Build from a dict (a YAML `model:` section), rejecting unknown keys by name. The variant's
+        options may also be written at the top level (`num_blocks: 4`); fields written before the
+        options were typed are translated (`attnres.residual.legacy`; run settings are dropped)."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"ModelConfig must be built from a mapping of its fields, got {type(values).__name__}")
+        values, _ = upgrade_model_fields(values, flat_options=True, prefix="ModelConfig.", error=ConfigError)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known, key=str)
+        if unknown:
+            residual = values.get("residual")
+            kind = VARIANTS[residual].options if isinstance(residual, str) and residual in VARIANTS else None
+            extra = f"; options of residual={values.get('residual')!r}: {kind.names()}" if kind else ""
+            raise ConfigError(f"ModelConfig: unknown field(s) {unknown}; allowed fields: {sorted(known)}{extra}")
+        return cls._with_required(values, "ModelConfig")
+
+    @classmethod
+    def _with_required(cls, values: dict, where: str, names: dict | None = None) -> "ModelConfig":
+        """cls(**values), or ConfigError naming the required fields `values` lacks (under `names`' spelling)."""
+        names = names or {}
+        required = required_fields(cls)
+        missing = [names.get(name, name) for name in required if name not in values]
+        if missing:
+            raise ConfigError(f"{where}: missing field(s) {missing}; required fields: "
+                              f"{[names.get(name, name) for name in required]}")
+        return cls(**values)
+
+
+def _accepting_old_keywords(init):
+    """ModelConfig's __init__, also taking the keywords of 0.1.0 (`attnres.residual.old_names`) with a
+    DeprecationWarning: a variant option moves into residual_options, and routing_impl /
+    routing_chunk_size (how routing is computed, not the model) are kept beside the config's fields
+    as `_legacy_routing`, which AttnResLM applies with set_routing, as the old field did."""
+
+    @functools.wraps(init)
+    def __init__(self, **values) -> None:
+        old = [name for name in values if name in FLAT_OPTIONS or name in RUN_SETTINGS]
+        settings = {}
+        if old:
+            options = [name for name in old if name in FLAT_OPTIONS]
+            if options:
+                new = ", ".join(f"{FLAT_OPTIONS[name][0]!r}: ..." for name in options)
+                warn_deprecated(f"ModelConfig({', '.join(f'{name}=...' for name in options)})",
+                                f"ModelConfig(..., residual_options={{{new}}})")
+            routing = [name for name in old if name in RUN_SETTINGS]
+            if routing:
+                warn_deprecated(f"ModelConfig({', '.join(f'{name}=...' for name in routing)})",
+                                "AttnResLM(config).set_routing(impl, chunk_size) or TrainConfig.routing_impl / "
+                                "routing_chunk_size")
+            values, settings = upgrade_model_fields(values, prefix="ModelConfig.", error=ConfigError)
+        init(self, **values)
+        object.__setattr__(self, "_legacy_routing", settings)  # not a field: never saved with the model
+
+    return __init__
+
+
+ModelConfig.__init__ = _accepting_old_keywords(ModelConfig.__init__)
+
+# ModelConfig field -> the name transformers' configs and generation utilities use (from `hf_field`).
+HF_NAMES = hf_names(ModelConfig)
+
+
+def variant_name(entry: dict) -> str:
+    """Display name of a variant from a result file's or preset's entry (residual and its options,
+    flat or under residual_options, in any version's names; a comparison's query_init), e.g.
+    "block_attnres (N=4)", "hyper_connections [static]" or "block_attnres (N=8) [q~N(0,0.02)]"."""
+    name = variant_label(entry["residual"], entry_options(entry))
+    return name + (" [q~N(0,0.02)]" if entry.get("query_init") == "normal" else "")
+
+
+def entry_options(entry: dict) -> VariantOptions | None:
+    """The options object of a result file's or preset's variant entry (see `variant_name`); None for
+    a residual no longer in the table."""
+    if entry.get("residual") not in VARIANTS:
+        return None
+    model = {key: value for key, value in entry.items() if key not in ("name", "query_init", "runs")}
+    values, _ = upgrade_model_fields(model, flat_options=True)
+    kind = VARIANTS[entry["residual"]].options
+    return kind.from_dict(values.get("residual_options"), "residual_options.", variant=entry["residual"])
