@@ -50,3 +50,15 @@ def test_the_first_answer_table_says_what_was_decided(tmp_path):
     text = decoding.first_answer(context_with(tmp_path, results))
     assert "| standard |" in text and "| compiled |" in text
     assert "eager (the compile would not pay)" in text  # the other two, as measured
+
+
+def test_memory_shares_are_of_the_read_bandwidth_where_a_result_records_it(tmp_path):
+    results = copy.deepcopy(committed())
+    old = decoding.decode_speed(context_with(tmp_path / "old", results))
+    assert f"against a {results['copy_bandwidth_gb_s']:.1f} GB/s tensor copy" in old and "(of copy)" in old
+    results.update(read_bandwidth_gb_s=2 * results["copy_bandwidth_gb_s"], read_buffer_bytes=256 * 2 ** 20)
+    text = decoding.decode_speed(context_with(tmp_path / "new", results))
+    assert f"this machine's {results['read_bandwidth_gb_s']:.1f} GB/s read bandwidth (a sum over 256 MiB" in text
+    assert "(of read)" in text and "(of copy)" not in text
+    eager = results["decode"]["fp32"]["attnres standard eager"]
+    assert f"{eager['gb_per_s']:.1f} ({eager['gb_per_s'] / results['read_bandwidth_gb_s']:.0%})" in text
