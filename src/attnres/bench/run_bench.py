@@ -14,7 +14,6 @@ from attnres.bench.report import write_report
 from attnres.bench.router_bench import run_router_bench
 from attnres.common.machine import check_device, machine_info
 from attnres.generation.memory_bandwidth import read_bandwidth
-from attnres.generation.memory_traffic import copy_bandwidth_gb_s
 from attnres.routing import resolve_impl
 
 
@@ -50,9 +49,8 @@ def _run(config: BenchConfig, device: torch.device, command: str, route_fn: Call
         notes.append("This CPU has no native bf16 arithmetic (no avx512_bf16 / amx_bf16): bf16 matrix products "
                      "are emulated and much slower than fp32, so absolute times are slow and the ratios weigh "
                      "matrix products more than a bf16-capable machine would. `--precision fp32` runs faster here.")
-    if device.type == "cpu":  # the limit decoding's memory traffic is compared with (bench.md), and a copy
+    if device.type == "cpu":  # the limit decoding's memory traffic is compared with (bench.md)
         machine["read_bandwidth_gb_s"] = read_bandwidth().gb_s
-        machine["copy_bandwidth_gb_s"] = copy_bandwidth_gb_s()
     models = run_model_bench(config, log=log)
     sweep = run_depth_sweep(config, log=log) if config.depths else []
     router = run_router_bench(config, route_fn=route_fn, log=log)
