@@ -75,7 +75,7 @@ def inv_rms(source: Tensor, eps: float) -> Tensor:
 FEW_ROWS = 16
 
 
-def _source_logits(rows: Tensor, queries: Tensor) -> Tensor:
+def source_logits(rows: Tensor, queries: Tensor) -> Tensor:
     """<q_s, v_t> for rows (N, D) and queries (S, D) -> (N, S)."""
     if rows.shape[0] <= FEW_ROWS and torch.compiler.is_compiling():
         return (rows.unsqueeze(1) * queries).sum(-1)
@@ -88,7 +88,7 @@ def _route_forward(queries: Tensor, sources: list[Tensor], inv: list[Tensor]) ->
     batch_shape = sources[0].shape[:-1]
     with autocast_off(sources[0].device):
         q = queries.to(compute)
-        logits = torch.stack([_source_logits(v.reshape(-1, width).to(compute), q) * r.reshape(-1, 1).to(compute)
+        logits = torch.stack([source_logits(v.reshape(-1, width).to(compute), q) * r.reshape(-1, 1).to(compute)
                               for v, r in zip(sources, inv)], dim=-1)  # (BT, S, n): per-token scalars
         weights = torch.softmax(logits, dim=-1)
         lse = torch.logsumexp(logits, dim=-1)

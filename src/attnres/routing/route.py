@@ -33,7 +33,7 @@ def resolve_impl(impl: str, device: torch.device, quiet: bool = False) -> str:
     outside torch.compile); "fused" on CPU when
     the fused extension is already built (auto never starts a build), in a compiled decode step too:
     there its kernels are single calls in the graph, which compiles in about half the time of the
-    lean ops' plain PyTorch at 1 to 5 % more time per token (docs/explanation/fast-paths.md); else
+    lean ops' plain PyTorch at up to 3 % more time per token (docs/explanation/fast-paths.md); else
     "lean". When "auto" takes "lean" on CPU only because the extension is not built, a warning says
     so once per process, naming how to build it (not under torch.compile, nor with `quiet`: for a
     caller that will not route with the result). An explicit "fused" builds the extension if needed.

@@ -38,7 +38,7 @@ from torch import Tensor
 from attnres.common.precision import autocast_off
 from attnres.routing.fast_op import FastOp
 from attnres.routing.fused_cpu import merge_sources_fused
-from attnres.routing.lean import compute_dtype, inv_rms
+from attnres.routing.lean import compute_dtype, inv_rms, source_logits
 from attnres.routing.route import route_fast
 
 
@@ -93,8 +93,8 @@ def _merge_forward(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tens
     out_dtype, _ = compute_dtype([mixed, *sources])
     with autocast_off(mixed.device):  # fp32 logits, like the reference
         q = query.to(compute)
-        logits = torch.stack([(v.reshape(-1, width).to(compute) @ q).reshape(lse.shape) * r.to(compute)
-                              for v, r in zip(sources, inv)], dim=-1)  # (B, T, j)
+        logits = torch.stack([source_logits(v.reshape(-1, width).to(compute), q[None]).reshape(lse.shape)
+                              * r.to(compute) for v, r in zip(sources, inv)], dim=-1)  # (B, T, j)
         total = torch.logaddexp(lse, torch.logsumexp(logits, dim=-1))
         keep, take = torch.exp(lse - total), torch.exp(logits - total.unsqueeze(-1))
         out = keep.unsqueeze(-1) * mixed.to(compute)
