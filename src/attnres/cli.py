@@ -38,7 +38,7 @@ def _run_training(run, args: argparse.Namespace) -> int:
 
     env = init_from_env(args.device)  # under torchrun: join its process group (None otherwise)
     try:
-        result = train(run, resume=args.resume, device=env.device if env else args.device)
+        result = train(run, resume=args.resume, device=env.device if env else args.device, force=args.force)
     finally:
         shutdown()
     if env is None or env.is_main:

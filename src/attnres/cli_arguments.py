@@ -23,6 +23,8 @@ def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help=f"override a config value, {example}; repeatable (default: none)")
     parser.add_argument("--resume", action="store_true", help="continue from the run's latest checkpoint")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite the files of an earlier run in out_dir that has no checkpoint")
     parser.add_argument("--device", default="cpu",
                         help="cpu or cuda; under torchrun each process takes cuda:LOCAL_RANK "
                              "(docs/how-to/scale-out.md) (default: %(default)s)")

@@ -27,6 +27,16 @@ KILLER = textwrap.dedent("""
             if record["step"] == at:
                 os.kill(os.getpid(), signal.SIGKILL)
         metrics.MetricsLogger.log = log
+    elif mode == "during_log":  # die half-way through writing step `at`'s line: a torn last line
+        original = metrics.MetricsLogger.log
+        def log(self, record):
+            if record["step"] != at:
+                return original(self, record)
+            line = metrics.json.dumps(record) + "\\n"
+            with open(self.path, "a") as handle:
+                handle.write(line[:len(line) // 2])
+            os.kill(os.getpid(), signal.SIGKILL)
+        metrics.MetricsLogger.log = log
     else:  # "during_save": die after the model file of checkpoint `at` is written, before the rest
         original = ckpt.save_file
         def save_file(tensors, path, *a, **k):
@@ -68,16 +78,22 @@ def test_train_writes_metrics_checkpoints_and_lowers_the_loss(write_config, caps
     assert report["val_loss"] == pytest.approx(records[-1]["val_loss"], rel=1e-6)
 
 
-def test_resume_after_a_killed_process_continues_exactly(write_config):
+@pytest.mark.parametrize("killer", ["after_step", "during_log"])
+def test_resume_after_a_killed_process_continues_exactly(write_config, killer):
+    """Killed after step 6's line, or half-way through writing it (a torn last line, dropped on
+    resume with one warning): the resumed run's losses equal an uninterrupted run's."""
     path, run = write_config("full")
     env = {"ATTNRES_CACHE": os.environ["ATTNRES_CACHE"]}
     assert run_cli(["train", "--config", str(path)], env=env).returncode == 0
     killed_cfg, killed = write_config("killed")
-    result = run_cli(["train", "--config", str(killed_cfg)], killer=["after_step", "6"], env=env)
+    result = run_cli(["train", "--config", str(killed_cfg)], killer=[killer, "6"], env=env)
     assert result.returncode == -9, result.stderr
     assert read_checkpoint(checkpoint_dirs(tmp_dir(killed) / "checkpoints")[-1]).step == 4
+    torn = not (tmp_dir(killed) / "metrics.jsonl").read_text().endswith("\n")
+    assert torn == (killer == "during_log")
     result = run_cli(["train", "--config", str(killed_cfg), "--resume"], env=env)
     assert result.returncode == 0, result.stderr
+    assert ("metrics.jsonl line 6 is not JSON" in result.stderr and "dropped" in result.stderr) == torn
     assert losses(tmp_dir(killed)) == losses(tmp_dir(run))  # bitwise equal, steps 1..12
 
 

@@ -135,7 +135,8 @@ def train_variant(run, name: str, seed: int, device: str, display: CompareProgre
     """Train (or resume) one run and write its record atomically into its folder."""
     resume = bool(checkpoint_dirs(Path(run.out_dir) / "checkpoints"))
     display.start_run(f"{name} seed {seed}", run.train.steps, "resuming" if resume else "training")
-    result = train(run, resume=resume, device=device, log=display.note, on_step=display.step)
+    # force: the comparison owns its run folders; one without a checkpoint is started again
+    result = train(run, resume=resume, device=device, log=display.note, on_step=display.step, force=True)
     record = _run_record(run, result, seed, device)
     write_atomic(Path(run.out_dir) / RECORD_FILE, json.dumps({"run": run.to_dict(), "record": record}))
     display.finish_run(f"{name} seed {seed}: val loss {result.final_val_loss:.4f}, median training step "

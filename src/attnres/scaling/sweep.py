@@ -130,13 +130,14 @@ def _train_run(p: PlannedRun, device: str, launcher: str | None, display: Compar
     label = f"{p.size} {p.name} seed {p.seed}"
     display.start_run(label, p.run.train.steps, "resuming" if resume else "training")
     if launcher is None:
-        train(p.run, resume=resume, device=device, log=display.note, on_step=display.step)
+        # force: the sweep owns its run folders; one without a checkpoint is started again
+        train(p.run, resume=resume, device=device, log=display.note, on_step=display.step, force=True)
     else:
         folder.mkdir(parents=True, exist_ok=True)
         config = folder / "config.yaml"  # the trainer writes the same settings here again
         write_atomic(config, yaml.safe_dump(p.run.to_dict(), sort_keys=False))
         argv = [*shlex.split(launcher), "-m", "attnres", "train", "--config", str(config), "--device", device,
-                *(["--resume"] if resume else [])]
+                "--resume" if resume else "--force"]
         display.note(f"[{label}] {shlex.join(argv)}")
         finished = subprocess.run(argv, check=False)
         if finished.returncode:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
+from attnres.common.errors import InputError
 
 
 class MetricsLogger:
@@ -16,13 +18,17 @@ class MetricsLogger:
     checkpoint) are dropped first, so the file reads as one uninterrupted run.
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool, resume_step: int | None = None,
+                 kept: list[dict] | None = None) -> None:
+        """kept: on resume, the records to keep (`records_to_keep`, read and checked before the run
+        wrote anything); read here when not given."""
         self.path = Path(run_dir) / "metrics.jsonl"
         if resume_step is None:
             self.path.write_text("")
         else:
-            kept = [line for line in _read_lines(self.path) if json.loads(line).get("step", 0) <= resume_step]
-            write_atomic(self.path, "".join(line + "\n" for line in kept))  # never a half-written history
+            if kept is None:
+                kept = records_to_keep(self.path, resume_step)
+            write_atomic(self.path, "".join(json.dumps(r) + "\n" for r in kept))  # never a half-written history
         self._writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # imported lazily: slow to import
@@ -50,11 +56,41 @@ class MetricsLogger:
 
 
 def read_metrics(run_dir: Path) -> list[dict]:
-    """All records of `<run>/metrics.jsonl`, in order."""
-    return [json.loads(line) for line in _read_lines(Path(run_dir) / "metrics.jsonl")]
+    """All records of `<run>/metrics.jsonl`, in order (a torn last line dropped with a warning)."""
+    return read_records(Path(run_dir) / "metrics.jsonl")
 
 
-def _read_lines(path: Path) -> list[str]:
+def records_to_keep(path: Path, resume_step: int) -> list[dict]:
+    """The records of `path` up to `resume_step`, those a run resumed from that step keeps (the
+    interrupted process may have logged past its last checkpoint)."""
+    return [r for r in read_records(path) if r.get("step", 0) <= resume_step]
+
+
+def read_records(path: Path, warn=None) -> list[dict]:
+    """The JSON objects of an append-only log, one per line. A torn or malformed last line (a process
+    killed, or a disk filled, mid-write) is dropped with one warning naming the file and line; a
+    malformed line before it raises InputError naming them, since that is no interrupted write."""
+    path = Path(path)
     if not path.is_file():
         return []
-    return [line for line in path.read_text().splitlines() if line.strip()]
+    lines = path.read_text(errors="replace").splitlines()
+    numbered = [(number, line) for number, line in enumerate(lines, 1) if line.strip()]
+    records = []
+    for position, (number, line) in enumerate(numbered):
+        try:
+            record = json.loads(line)
+            problem = None if isinstance(record, dict) else f"a JSON {type(record).__name__}, not an object"
+        except json.JSONDecodeError as err:
+            problem = f"not JSON ({err.msg})"
+        if problem is None:
+            records.append(record)
+        elif position == len(numbered) - 1:
+            (warn or _warn)(f"{path} line {number} is {problem}, the trace of an interrupted write: dropped")
+        else:
+            raise InputError(f"{path} line {number} is {problem}; only a last line can be torn by an interrupted "
+                             f"write, so this file was changed by hand: fix or remove line {number}")
+    return records
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, stacklevel=3)

@@ -28,6 +28,8 @@ from attnres.checkpoint import Checkpoint, CheckpointError, checkpoint_dirs
 from attnres.checkpoint.hf_dir import hf_directory_files, read_generation_config
 from attnres.common.atomic import write_atomic
 from attnres.common.deprecation import warn_deprecated
+from attnres.common.errors import InputError
+from attnres.common.run_lock import RunLock
 from attnres.data import DataConfig, PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
 from attnres.distributed.env import Silent, all_reduce_mean, all_reduce_tensor_sum, current_env, is_main, main_first
@@ -41,7 +43,7 @@ from attnres.train.train_config import pipeline_setting_error, resolve_parallel
 from attnres.train.diagnostics import routing_diagnostics
 from attnres.train.evaluate import evaluate
 from attnres.train.starting_model import build_model, draw_normal_queries, load_initial_weights
-from attnres.train.metrics import MetricsLogger
+from attnres.train.metrics import MetricsLogger, records_to_keep
 from attnres.train.optim import build_optimizer
 from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.schedule import build_scheduler
@@ -49,6 +51,10 @@ from attnres.train.schedule import build_scheduler
 
 class TrainingError(RuntimeError):
     """Training stopped: a non-finite loss or gradient, or a run directory in an unexpected state."""
+
+
+# What a run writes beside its checkpoints: a fresh run refuses a folder holding any of them (without force).
+RUN_FILES = ("config.yaml", "metrics.jsonl", "tokenizer", "tensorboard")
 
 
 @dataclass
@@ -63,24 +69,27 @@ class TrainResult:
 
 
 def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print,
-          on_step: Callable[[dict], object] | None = None) -> TrainResult:
+          on_step: Callable[[dict], object] | None = None, force: bool = False) -> TrainResult:
     """Train `run` from scratch (an empty run directory) or, with `resume`, from its latest checkpoint.
 
     Writes into run.out_dir: metrics.jsonl, tensorboard/, tokenizer/, checkpoints/step_N/, config.yaml.
+    The directory is locked while the run lives (`RunLock`: a second process on it stops at once).
+    A fresh run refuses a directory that holds checkpoints, and one that holds a run's other files
+    (`RUN_FILES`) unless `force`; a resume refuses train.steps below the checkpoint's step.
     Raises TrainingError on a non-finite loss (nothing is saved for that step; the last good
     checkpoint stays) and CheckpointError for a corrupt or mismatched checkpoint. Resuming reads
     either checkpoint format at any world size and parallel kind. on_step(record) is called on rank 0
     after every optimizer step with its metrics record (`Trainer.optimizer_step`), for progress
     displays of a caller (`attnres compare`'s bar over a whole comparison).
     """
-    return Trainer(run, resume=resume, device=device, log=log, on_step=on_step).fit()
+    return Trainer(run, resume=resume, device=device, log=log, on_step=on_step, force=force).fit()
 
 
 class Trainer:
     """One training run. Construction sets it up; `fit()` trains to run.train.steps."""
 
     def __init__(self, run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print,
-                 on_step: Callable[[dict], object] | None = None) -> None:
+                 on_step: Callable[[dict], object] | None = None, force: bool = False) -> None:
         self.run, self.cfg, self.device = run, run.train, torch.device(device)
         self.env = current_env(self.device)
         self.mode = resolve_parallel(self.cfg, self.env)
@@ -91,11 +100,24 @@ class Trainer:
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", self.cfg.keep_checkpoints, self.mode)
         self.step, self.val_loss, self.step_times = 0, math.nan, []
         self._hf_files: dict[str, bytes] | None = None  # config, generation defaults, tokenizer: built on first save
-        self._set_up(self._checkpoint_to_resume() if resume else self._check_fresh())
+        # One process per run directory: a second one stops here, before it reads or writes anything.
+        self._lock = RunLock(self.run_dir).acquire() if self.main else None
+        try:
+            self._set_up(self._checkpoint_to_resume() if resume else self._check_fresh(force))
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
 
     # ------------------------------------------------------------------ set up
 
     def _set_up(self, checkpoint: Checkpoint | None) -> None:
+        # Resume's inputs are all read and checked before anything is rewritten.
+        kept = (records_to_keep(self.run_dir / "metrics.jsonl", checkpoint.step)
+                if checkpoint is not None and self.main else None)
         # Rank 0 fills the token cache; the other ranks then read it.
         self.data = main_first(lambda: prepare_data(self.run.data))
         self.model = self._starting_model(checkpoint)
@@ -122,7 +144,7 @@ class Trainer:
             self.log(f"resumed from {checkpoint.path} at step {self.step}")
         self.last_saved = checkpoint.path if checkpoint is not None else None
         self.metrics = (MetricsLogger(self.run_dir, self.cfg.tensorboard,
-                                      resume_step=self.step if checkpoint is not None else None)
+                                      resume_step=self.step if checkpoint is not None else None, kept=kept)
                         if self.main else Silent())
 
     def _restore_stability(self, checkpoint: Checkpoint) -> None:
@@ -135,16 +157,23 @@ class Trainer:
             return
         self.stability.load_state_dict(saved)
 
-    def _check_fresh(self) -> None:
+    def _check_fresh(self, force: bool) -> None:
         if checkpoint_dirs(self.checkpointer.root):
             raise TrainingError(f"{self.run_dir} already holds checkpoints; pass --resume to continue that run or "
                                 f"choose another out_dir")
+        found = sorted(name for name in RUN_FILES if (self.run_dir / name).exists())
+        if found and not force:
+            raise TrainingError(f"{self.run_dir} already holds a run's files ({', '.join(found)}) but no checkpoint; "
+                                f"pass --force to overwrite them, or choose another out_dir")
 
     def _checkpoint_to_resume(self) -> Checkpoint:
         checkpoint = self.checkpointer.latest()
         if checkpoint is None:
             raise CheckpointError(f"nothing to resume: no checkpoint under {self.checkpointer.root}")
         check_compatible(checkpoint.run_config, self.run)
+        if self.cfg.steps < checkpoint.step:
+            raise InputError(f"train.steps is {self.cfg.steps}, below the step of the checkpoint to resume "
+                             f"({checkpoint.step}, {checkpoint.path}); set train.steps to at least {checkpoint.step}")
         return checkpoint
 
     def _starting_model(self, checkpoint: Checkpoint | None) -> AttnResLM:
@@ -191,6 +220,7 @@ class Trainer:
             finally:
                 progress.close()
                 self.metrics.close()
+                self._release()
             self.parallel.sync_parameters()  # the returned model is whole and current on every rank
             if math.isnan(self.val_loss):  # resumed at the last step: nothing was trained, evaluate anyway
                 self.val_loss = self.evaluate()

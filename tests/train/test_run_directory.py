@@ -1,0 +1,143 @@
+"""A run directory is owned by one run: locked while it lives, never overwritten without asking,
+resumed only to a step at or past its checkpoint, and a torn log does not strand a resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from attnres.cli import main
+from attnres.common.run_lock import LOCK_FILE, RunDirectoryBusy, RunLock
+from attnres.train import load_run_config, train
+from attnres.train.metrics import read_records, records_to_keep
+
+
+def out_dir(run):
+    from pathlib import Path
+
+    return Path(run["out_dir"])
+
+
+# ---------------------------------------------------------------- the lock
+
+
+def test_a_second_holder_stops_at_once_naming_the_folder_and_the_pid(tmp_path):
+    with RunLock(tmp_path / "run"):
+        with pytest.raises(RunDirectoryBusy, match=rf"out_dir {tmp_path / 'run'} is in use by another attnres "
+                                                   rf"process \(pid {os.getpid()}\)"):
+            RunLock(tmp_path / "run").acquire()
+    with RunLock(tmp_path / "run"):  # released: free again
+        pass
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    code = (f"import os, signal; from attnres.common.run_lock import RunLock; "
+            f"RunLock({str(tmp_path / 'run')!r}).acquire(); print('held', flush=True); "
+            f"os.kill(os.getpid(), signal.SIGKILL)")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL and child.stdout == "held\n", child.stderr
+    assert (tmp_path / "run" / LOCK_FILE).is_file()
+    with RunLock(tmp_path / "run"):  # the kernel released it with the process
+        pass
+
+
+def test_letting_go_removes_the_lock_file_and_a_folder_it_created_that_stayed_empty(tmp_path):
+    RunLock(tmp_path / "new" / "run").acquire().release()
+    assert not (tmp_path / "new").exists()
+    lock = RunLock(tmp_path / "used").acquire()
+    (tmp_path / "used" / "config.yaml").write_text("{}")
+    lock.release()
+    assert sorted(p.name for p in (tmp_path / "used").iterdir()) == ["config.yaml"]  # the lock file goes too
+
+
+def test_train_on_a_folder_another_process_holds_is_one_line_and_writes_nothing(write_config, capsys):
+    path, run = write_config(steps=4)
+    with RunLock(out_dir(run)):
+        assert main(["train", "--config", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"out_dir {out_dir(run)} is in use by another attnres process (pid {os.getpid()})" in err
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert sorted(p.name for p in out_dir(run).iterdir()) == [LOCK_FILE]
+    assert main(["train", "--config", str(path)]) == 0
+
+
+def test_a_failed_set_up_leaves_no_folder_behind(write_config, tmp_path, capsys):
+    path, run = write_config()
+    assert main(["train", "--config", str(path), "--set", f"data.source={tmp_path / 'nothing'}"]) == 2
+    assert not out_dir(run).exists()
+
+
+# ---------------------------------------------------------------- overwriting and resuming
+
+
+def test_a_folder_with_run_files_and_no_checkpoint_is_not_overwritten_without_force(write_config, capsys):
+    path, run = write_config(steps=4)
+    out_dir(run).mkdir()
+    (out_dir(run) / "config.yaml").write_text("kept: true\n")
+    (out_dir(run) / "metrics.jsonl").write_text('{"step": 1, "loss": 9.0}\n')
+    assert main(["train", "--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "already holds a run's files (config.yaml, metrics.jsonl) but no checkpoint; pass --force" in err
+    assert (out_dir(run) / "config.yaml").read_text() == "kept: true\n"
+    assert main(["train", "--config", str(path), "--force"]) == 0
+    assert yaml.safe_load((out_dir(run) / "config.yaml").read_text())["train"]["steps"] == 4
+
+
+def test_resume_refuses_steps_below_the_checkpoint_and_rewrites_nothing(write_config, capsys):
+    path, run = write_config(steps=8)
+    train(load_run_config(path))
+    config_before = (out_dir(run) / "config.yaml").read_bytes()
+    metrics_before = (out_dir(run) / "metrics.jsonl").read_bytes()
+    assert main(["train", "--config", str(path), "--resume", "--set", "train.steps=4"]) == 2
+    err = capsys.readouterr().err
+    assert "train.steps is 4, below the step of the checkpoint to resume (8," in err
+    assert "set train.steps to at least 8" in err
+    assert (out_dir(run) / "config.yaml").read_bytes() == config_before
+    assert (out_dir(run) / "metrics.jsonl").read_bytes() == metrics_before
+
+
+def test_a_hand_broken_metrics_line_stops_resume_before_anything_is_rewritten(write_config, capsys):
+    path, run = write_config(steps=8)
+    train(load_run_config(path))
+    metrics = out_dir(run) / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    lines[2] = "[1, 2]"
+    metrics.write_text("\n".join(lines) + "\n")
+    config_before = (out_dir(run) / "config.yaml").read_bytes()
+    assert main(["train", "--config", str(path), "--resume", "--set", "train.steps=12"]) == 2
+    err = capsys.readouterr().err
+    assert f"{metrics} line 3 is a JSON list, not an object" in err and "fix or remove line 3" in err
+    assert (out_dir(run) / "config.yaml").read_bytes() == config_before
+
+
+# ---------------------------------------------------------------- the log reader, fuzzed at every byte
+
+
+RECORDS = [{"step": 1, "loss": 3.25}, {"step": 2, "loss": 3.0, "event": ["loss_spike"]},
+           {"step": 3, "loss": 2.875, "val_loss": 2.9}]
+
+
+def test_truncation_at_every_byte_of_the_last_line_keeps_every_whole_record(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    whole = "".join(json.dumps(r) + "\n" for r in RECORDS)
+    last_start = whole.rindex("\n", 0, len(whole) - 1) + 1
+    for cut in range(last_start, len(whole) + 1):
+        path.write_text(whole[:cut])
+        warned = []
+        records = read_records(path, warn=warned.append)
+        complete = cut >= len(whole) - 1  # the last record whole, with or without its newline
+        assert records == (RECORDS if complete else RECORDS[:2]), cut
+        assert len(warned) == (0 if complete or cut == last_start else 1), cut
+        if warned:
+            assert warned[0].startswith(f"{path} line 3 is ") and warned[0].endswith("dropped")
+
+
+def test_records_to_keep_stops_at_the_resumed_step(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS) + '{"step": 4, "lo')
+    with pytest.warns(UserWarning, match="line 4 is not JSON"):
+        assert records_to_keep(path, 2) == RECORDS[:2]
