@@ -113,3 +113,16 @@ def test_saved_checkpoint_restores(saved):
     """The unmutated checkpoint restores: the fuzz tests above start from an input the readers accept."""
     path, _ = saved
     assert isinstance(_restore(read_checkpoint(path)), Checkpoint)
+
+
+@given(st.sampled_from(["model", "data", "train"]), st.one_of(st.none(), st.lists(json_values, max_size=2),
+                                                               st.text(max_size=5), st.integers()))
+def test_a_run_config_section_that_is_not_an_object_is_refused_by_name(saved, section, value):
+    """A null or wrong-typed section of state.json's run_config (not only a wrong value in one)."""
+    original, state = saved
+    with tempfile.TemporaryDirectory() as tmp:
+        path = checkpoint_path(Path(tmp) / "checkpoints", 1)
+        shutil.copytree(original, path)
+        (path / "state.json").write_text(json_text({**state, "run_config": {**state["run_config"], section: value}}))
+        result = check_reader(lambda: read_checkpoint(path, verify=False), ERRORS)
+    assert isinstance(result, CheckpointError) and f"state.json's run_config.{section} must be a JSON object" in str(result)

@@ -178,3 +178,19 @@ def test_huge_sizes_are_refused_quickly(values):
     """Sizes whose checks (or their messages) would take time or memory in proportion to the number."""
     run = {**RUN, "model": {**RUN["model"], **values}}
     assert isinstance(check_reader(lambda: RunConfig.from_dict(run), ERRORS), InputError)
+
+
+@given(st.sampled_from(["model", "data", "train", "out_dir"]), st.sampled_from(["twice", "null", "list"]))
+def test_run_configs_with_a_section_given_twice_null_or_of_another_type(section, how):
+    """A section given twice is refused naming it and both lines; a null or wrong-typed section is
+    refused (or, where null means "the defaults", accepted), never a traceback."""
+    text = yaml_text(RUN)
+    if how == "twice":
+        text += yaml_text({section: RUN[section]})
+    else:
+        text = yaml_text({**RUN, section: None if how == "null" else [RUN[section]]})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _yaml_file(Path(tmp), text)
+        result = check_reader(lambda: load_run_config(path), ERRORS)
+    if how == "twice":
+        assert isinstance(result, InputError) and f"key {section!r} is given twice, on lines" in str(result)

@@ -137,6 +137,10 @@ def _check_state(path: Path, state: dict) -> None:
     for key in ("run_config", "scheduler", "optimizer", "extra", "files"):
         if not isinstance(state.get(key), dict):
             raise problem(key, "a JSON object")
+    for section in ("model", "data", "train"):  # the run's sections, which resume compares field by field
+        if not isinstance(state["run_config"].get(section, {}), dict):
+            raise CheckpointError(f"checkpoint {path} is corrupt: state.json's run_config.{section} must be a JSON "
+                                  f"object, got {state['run_config'][section]!r:.200}")
     if not isinstance(state["optimizer"].get("param_groups"), list):
         raise problem("optimizer", "an object with a 'param_groups' list")
     if state["format"] == FORMAT and not isinstance(state["optimizer"].get("scalars"), dict):

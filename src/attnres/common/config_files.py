@@ -24,12 +24,39 @@ def bundled_presets(kind: str) -> list[str]:
     return sorted(p.stem for p in bundled_config_dir(kind).glob("*.yaml"))
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A mapping that gives one key twice: YAML forbids it, and PyYAML would keep the second silently."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (a second `train:` section
+    would otherwise replace the first without a word)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            lines: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: later keys override it by design
+                    continue
+                key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+                try:
+                    first = lines.get(key)
+                except TypeError:  # an unhashable key: the base loader says so
+                    continue
+                if first is not None:
+                    where = f"on line {line}" if first == line else f"on lines {first} and {line}"
+                    raise DuplicateKey(f"key {key!r} is given twice, {where}; keep one")
+                lines[key] = line
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(text: str):
     """`yaml.safe_load(text)`, refusing with ValueError a document that nests too deeply for the parser or
     whose aliases expand to more than MAX_YAML_VALUES values (a "billion laughs" document, or one
-    that holds itself), so that nothing after it walks or prints an unbounded value."""
+    that holds itself), so that nothing after it walks or prints an unbounded value, and with
+    DuplicateKey (a yaml.YAMLError) a mapping that gives one key twice, naming the key and both lines."""
     try:
-        values = yaml.safe_load(text)
+        values = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
     except RecursionError:
         raise ValueError("it nests too deeply") from None
     count, stack = 0, [values]
