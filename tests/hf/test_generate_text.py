@@ -18,6 +18,10 @@ from tests.hf.test_generate_cli import PROMPT, converted, plain_greedy_text  # n
     (dict(prompt="x", temperature=0.7, seed=3), r"--temperature, --seed only apply with --sample"),
     (dict(prompt="x", dtype="fp16"), r"--dtype must be one of \['fp32', 'bf16'\], got 'fp16'"),
     (dict(prompt="x", routing_impl="fast"), r"--routing-impl must be one of \["),
+    # `--prompt $'\xff\xfe king'`: Python keeps undecodable argv bytes as lone surrogates
+    (dict(prompt="\udcff\udcfe king"), r"--prompt is not valid UTF-8 text \(byte 0xff at character 0\)"),
+    (dict(prompt="ok \ud800"), r"--prompt is not valid UTF-8 text \(U\+D800 at character 3\)"),
+    (dict(prompt=b"king"), r"--prompt must be a non-empty text, got b'king'"),
 ])
 def test_a_bad_request_is_refused_at_construction_naming_the_flag(fields, message):
     with pytest.raises(InputError, match=message):

@@ -21,6 +21,19 @@ from attnres.generation.memory_bandwidth import read_bandwidth
 from attnres.routing import IMPLS
 
 
+def _check_utf8(prompt: str) -> None:
+    """Refuse a prompt that is not UTF-8 text. Python keeps a command line's undecodable bytes as lone
+    surrogates (U+DC80..U+DCFF); replacing them would feed the model text the user never wrote, so
+    the byte and its place are named instead."""
+    try:
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code = ord(prompt[err.start])
+        what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise InputError(f"--prompt is not valid UTF-8 text ({what} at character {err.start}); pass UTF-8, "
+                         f"e.g. converted with `iconv -t UTF-8`") from None
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     """One generation: the prompt and how to decode it. Names are the command's flags; the checks run
@@ -49,8 +62,9 @@ class GenerationRequest:
         check_choice(self.routing_impl, "--routing-impl", IMPLS)
         check_int(self.max_new_tokens, "--max-new-tokens")
         check_int(self.threads, "--threads", allow_none=True)
-        if not self.prompt:
-            raise InputError("--prompt must be a non-empty text")
+        if not isinstance(self.prompt, str) or not self.prompt:
+            raise InputError(f"--prompt must be a non-empty text, got {self.prompt!r:.80}")
+        _check_utf8(self.prompt)
         if self.temperature is not None:
             check_positive_number(self.temperature, "--temperature")
         if self.top_k is not None:
