@@ -43,6 +43,9 @@ class AttnResLM(nn.Module):
     activation_checkpointing: bool = False
 
     def __init__(self, config: ModelConfig) -> None:
+        if not isinstance(config, ModelConfig):
+            raise InputError(f"AttnResLM takes a ModelConfig, got {type(config).__name__}; build one with "
+                             f"ModelConfig(**fields) or ModelConfig.from_dict(values)")
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -241,4 +244,12 @@ def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """
     if labels.shape != logits.shape[:2]:
         raise InputError(f"labels must have shape {tuple(logits.shape[:2])} like input_ids, got {tuple(labels.shape)}")
-    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+    try:
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+    except IndexError:  # CPU's refusal of a target outside [0, V) (CUDA asserts on the device instead)
+        vocab = logits.shape[-1]
+        outside = labels[(labels != -100) & ((labels < 0) | (labels >= vocab))]
+        if outside.numel() == 0:
+            raise
+        raise InputError(f"labels must be token ids in [0, {vocab}) (the model's vocab_size) or -100 (ignored); "
+                         f"got {outside[0].item()} among {outside.numel()} outside that range") from None

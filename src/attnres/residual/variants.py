@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnres.common.checks import check_choice
+from attnres.common.checks import check_choice, check_int, check_positive_number
 from attnres.common.deprecation import warn_deprecated
 from attnres.common.errors import InputError
 from attnres.common.registry import Registry
@@ -289,6 +289,10 @@ def build_residual(residual: str = "standard", options: VariantOptions | dict | 
     an invalid combination. The scheme is the drop-in API for a model loop of one's own
     (docs/how-to/drop-in.md).
     """
+    check_int(num_layers, "build_residual num_layers")  # is_int refuses True: a bool is no layer count
+    check_int(hidden_size, "build_residual hidden_size")
+    check_positive_number(eps, "build_residual eps")
+    check_positive_number(init_std, "build_residual init_std")
     renamed = {name: option_values.pop(name) for name in list(option_values) if name in RENAMED_OPTIONS}
     if renamed and residual in VARIANTS:
         warn_deprecated(f"build_residual({', '.join(f'{name}=...' for name in renamed)})",
