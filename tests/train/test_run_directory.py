@@ -65,6 +65,15 @@ def test_train_on_a_folder_another_process_holds_is_one_line_and_writes_nothing(
     assert main(["train", "--config", str(path)]) == 0
 
 
+def test_an_out_dir_inside_a_file_is_one_line_naming_it(write_config, tmp_path, capsys):
+    path, run = write_config()
+    (tmp_path / "plain").write_text("x")
+    assert main(["train", "--config", str(path), "--set", f"out_dir={tmp_path / 'plain' / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"out_dir {tmp_path / 'plain' / 'run'} cannot be created: {tmp_path / 'plain'} is a file" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_a_failed_set_up_leaves_no_folder_behind(write_config, tmp_path, capsys):
     path, run = write_config()
     assert main(["train", "--config", str(path), "--set", f"data.source={tmp_path / 'nothing'}"]) == 2

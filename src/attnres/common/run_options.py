@@ -3,17 +3,33 @@ checked before anything is trained or written (`attnres compare`, `scaling`, `be
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from attnres.common.checks import check_int
 from attnres.common.errors import InputError
 
 
-def check_out_dir(out: str | Path) -> None:
-    """InputError for an --out that exists and is not a folder: refused now, not after the work is done."""
+def check_out_dir(out: str | Path, what: str = "--out") -> None:
+    """InputError naming `what` and the path unless `out` is a writable folder or can be made one
+    (its nearest existing parent is a writable folder): refused now, not after the work is done, and
+    nothing is created. A symlink is followed; a dangling one is refused."""
     out = Path(out)
+    if out.is_symlink() and not out.exists():
+        raise InputError(f"{what} {out} is a symlink to {os.readlink(out)}, which does not exist; give a folder path")
     if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} is a file, not a folder; give a folder path (it is created if missing)")
+        raise InputError(f"{what} {out} is a file, not a folder; give a folder path (it is created if missing)")
+    target = out
+    while not target.exists():  # the first existing folder up the path is where it would be created
+        if target.is_symlink():
+            raise InputError(f"{what} {out} cannot be created: {target} is a symlink to {os.readlink(target)}, "
+                             f"which does not exist")
+        target = target.parent
+    if not target.is_dir():
+        raise InputError(f"{what} {out} cannot be created: {target} is a file, not a folder")
+    if not os.access(target, os.W_OK | os.X_OK):
+        where = "" if target == out else f" (it would be created in {target}, which is not writable)"
+        raise InputError(f"{what} {out} is not writable by this user{where}; give a folder you can write to")
 
 
 def check_run_options(out: str | Path, seeds: int | None) -> None:

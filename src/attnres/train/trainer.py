@@ -30,6 +30,7 @@ from attnres.common.atomic import write_atomic
 from attnres.common.deprecation import warn_deprecated
 from attnres.common.errors import InputError
 from attnres.common.run_lock import RunLock
+from attnres.common.run_options import check_out_dir
 from attnres.data import DataConfig, PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
 from attnres.distributed.env import Silent, all_reduce_mean, all_reduce_tensor_sum, current_env, is_main, main_first
@@ -101,6 +102,8 @@ class Trainer:
         self.step, self.val_loss, self.step_times = 0, math.nan, []
         self._hf_files: dict[str, bytes] | None = None  # config, generation defaults, tokenizer: built on first save
         # One process per run directory: a second one stops here, before it reads or writes anything.
+        if self.main:
+            check_out_dir(self.run_dir, "out_dir")  # a file, a dangling link, no write access: one line now
         self._lock = RunLock(self.run_dir).acquire() if self.main else None
         try:
             self._set_up(self._checkpoint_to_resume() if resume else self._check_fresh(force))
