@@ -150,3 +150,13 @@ def test_records_to_keep_stops_at_the_resumed_step(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in RECORDS) + '{"step": 4, "lo')
     with pytest.warns(UserWarning, match="line 4 is not JSON"):
         assert records_to_keep(path, 2) == RECORDS[:2]
+
+
+def test_a_data_cache_that_is_a_file_is_one_line_and_leaves_no_run_folder(write_config, tmp_path, monkeypatch, capsys):
+    path, run = write_config()
+    (tmp_path / "cache-file").write_text("x")
+    monkeypatch.setenv("ATTNRES_CACHE", str(tmp_path / "cache-file"))
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"$ATTNRES_CACHE {tmp_path / 'cache-file'} is a file, not a folder" in err
+    assert len(err.strip().splitlines()) == 1 and not out_dir(run).exists()

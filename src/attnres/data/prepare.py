@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from attnres.common.atomic import publish
-from attnres.data.data_config import DataConfig
+from attnres.common.run_options import check_out_dir
+from attnres.data.data_config import CACHE_ENV, DataConfig
 from attnres.data.data_error import DataError
 from attnres.data.hashing import cache_key
 from attnres.data.packing import TokenCache
@@ -54,6 +55,9 @@ def prepare_data(config: DataConfig, run_dir: str | os.PathLike[str] | None = No
     Raises DataError for an empty corpus or an empty train/validation/test split.
     """
     root = config.cache_root()
+    named = ("data.cache_dir" if config.cache_dir is not None
+             else f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the data cache")
+    check_out_dir(root, named)  # before anything is read or written: one line naming the path
     identity = source_identity(config)
     split_params = {"val_fraction": float(config.val_fraction), "salt": config.split_salt}
     if config.test_fraction:  # absent at 0, so the caches made before the test split existed stay valid
