@@ -22,21 +22,10 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-@pytest.fixture(scope="module")
-def gguf_file(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gguf")
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                                      tie_word_embeddings=False, rms_norm_eps=1e-5)
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(config).eval()
-    with torch.no_grad():  # realistic activation scales (method §4: RMSNorm eps)
-        for p in model.parameters():
-            p.mul_(10.0 if p.dim() > 1 else 1.0)
-    _, eos = greedy_eos_setup(model, PROMPT)  # an EOS that greedy decoding reaches at step 3
-    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
-    writer = gguf.GGUFWriter(str(root / "tiny.gguf"), "llama")
+def write_gguf(path, sd: dict, eos: int, drop: tuple[str, ...] = (), extra: dict | None = None) -> None:
+    """The tiny Llama `sd` as llama.cpp lays it out, without the tensors named in `drop` (GGUF names)
+    and with the `extra` ones."""
+    writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_block_count(2)
     writer.add_context_length(64)
     writer.add_embedding_length(32)
@@ -55,30 +44,49 @@ def gguf_file(tmp_path_factory):
     writer.add_eos_token_id(eos)
     writer.add_bos_token_id(1)
     writer.add_pad_token_id(0)
-    writer.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
-    writer.add_tensor("output_norm.weight", sd["model.norm.weight"])
-    writer.add_tensor("output.weight", sd["lm_head.weight"])
+    tensors = {"token_embd.weight": sd["model.embed_tokens.weight"], "output_norm.weight": sd["model.norm.weight"],
+               "output.weight": sd["lm_head.weight"]}
     names = {"attn_norm": "input_layernorm", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
              "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
              "ffn_down": "mlp.down_proj"}
     for i in range(2):
         pre = f"model.layers.{i}."
-        writer.add_tensor(f"blk.{i}.attn_q.weight", llama_cpp_permute(sd[pre + "self_attn.q_proj.weight"], 4))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", llama_cpp_permute(sd[pre + "self_attn.k_proj.weight"], 2))
+        tensors[f"blk.{i}.attn_q.weight"] = llama_cpp_permute(sd[pre + "self_attn.q_proj.weight"], 4)
+        tensors[f"blk.{i}.attn_k.weight"] = llama_cpp_permute(sd[pre + "self_attn.k_proj.weight"], 2)
         for ours, theirs in names.items():
-            writer.add_tensor(f"blk.{i}.{ours}.weight", sd[pre + theirs + ".weight"])
+            tensors[f"blk.{i}.{ours}.weight"] = sd[pre + theirs + ".weight"]
+    for name, value in {**tensors, **(extra or {})}.items():
+        if name not in drop:
+            writer.add_tensor(name, value)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
-    return root / "tiny.gguf", model
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gguf")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                      rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                      tie_word_embeddings=False, rms_norm_eps=1e-5)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():  # realistic activation scales (method §4: RMSNorm eps)
+        for p in model.parameters():
+            p.mul_(10.0 if p.dim() > 1 else 1.0)
+    _, eos = greedy_eos_setup(model, PROMPT)  # an EOS that greedy decoding reaches at step 3
+    sd = {k: v.detach().numpy().astype(np.float32) for k, v in model.state_dict().items()}
+    write_gguf(root / "tiny.gguf", sd, eos)
+    return root / "tiny.gguf", model, sd, eos
 
 
 @pytest.mark.parametrize("args", [["--residual", "standard"],
                                   ["--residual", "delta_block", "--option", "num_blocks=2",
                                    "--option", "exact_conversion=gate"]])
 def test_gguf_converts_to_the_source_logits(tmp_path, gguf_file, args):
-    path, source = gguf_file  # the GGUF's embedded tokenizer is saved beside the model
+    path, source, _, _ = gguf_file  # the GGUF's embedded tokenizer is saved beside the model
     assert_converts_to_source_logits(path, source, args, tmp_path / "out", vocab_size=64)
 
 
@@ -88,7 +96,7 @@ def test_missing_gguf_file_is_a_clear_error(tmp_path, capsys):
 
 
 def test_gguf_conversion_keeps_the_special_tokens_and_stops_at_eos(tmp_path, gguf_file):
-    path, _ = gguf_file
+    path, *_ = gguf_file
     # The reference is transformers' own reading of the GGUF file: its config's ids and its generate.
     source = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                                dtype=torch.float32).eval()
@@ -97,3 +105,27 @@ def test_gguf_conversion_keeps_the_special_tokens_and_stops_at_eos(tmp_path, ggu
     assert_generates_like_the_source(source, tmp_path / "out", PROMPT)
     tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
     assert tokenizer.eos_token_id == source.config.eos_token_id
+
+
+def test_a_gguf_missing_layer_tensors_is_refused_even_when_junk_makes_up_the_weight_count(tmp_path, gguf_file,
+                                                                                           capsys):
+    """transformers would fill the missing layers with random weights at the metadata's sizes."""
+    _, _, sd, eos = gguf_file
+    layer = [f"blk.1.{part}.weight" for part in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up",
+                                                 "ffn_down")]
+    junk = np.ones((64, 200), dtype=np.float32)  # more weights than the dropped tensors hold
+    write_gguf(tmp_path / "holed.gguf", sd, eos, drop=tuple(layer), extra={"junk.weight": junk})
+    assert main(["convert", str(tmp_path / "holed.gguf"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "lacks 7 of the tensors its metadata's model needs (model.layers.1." in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_gguf_with_nan_weights_is_refused_naming_the_tensor(tmp_path, gguf_file, capsys):
+    _, _, sd, eos = gguf_file
+    poisoned = {**sd, "model.norm.weight": np.full_like(sd["model.norm.weight"], np.nan)}
+    write_gguf(tmp_path / "nan.gguf", poisoned, eos)
+    assert main(["convert", str(tmp_path / "nan.gguf"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "tensor norm.weight (in attnres' names) holds 32 NaN or infinite values" in err
+    assert not (tmp_path / "out").exists()

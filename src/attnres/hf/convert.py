@@ -416,6 +416,16 @@ def _source_weights(config: ModelConfig) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if name not in routing)
 
 
+def _check_finite(path, state: dict[str, torch.Tensor]) -> None:
+    """ConversionError naming the first tensor holding NaN or infinity: a model converted from it
+    computes NaN, and nothing downstream would say why."""
+    for name, tensor in state.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            count = int((~torch.isfinite(tensor)).sum())
+            raise ConversionError(f"{path}: tensor {name} (in attnres' names) holds {count:,} NaN or infinite "
+                                  f"values; the source checkpoint is damaged")
+
+
 def convert_checkpoint(path, residual: str = "standard", residual_options=None, dtype: torch.dtype = torch.float32,
                        max_seq_len: int | None = None, source_config: dict | None = None, **deprecated) -> AttnResLM:
     """An `AttnResLM` (eval mode, parameters in `dtype`) holding a local HF checkpoint's weights.
@@ -441,6 +451,7 @@ def convert_checkpoint(path, residual: str = "standard", residual_options=None, 
     gguf = str(path).endswith(".gguf")  # transformers reads and dequantises it (needs gguf, accelerate)
     state = convert_state_dict(read_gguf_weights(path, _source_weights(config)) if gguf else _read_weights(
         _checkpoint_directory(path), source_config), config)
+    _check_finite(path, state)
     # Build directly in `dtype` so a bf16 conversion never holds an fp32 copy of the model.
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)

@@ -50,7 +50,13 @@ def read_gguf_weights(path: str | Path, expected_weights: int = 0) -> dict[str, 
     if listed < expected_weights:
         raise ConversionError(f"GGUF file {path} holds {listed:,} weights in its tensors but its metadata describes a "
                               f"model of {expected_weights:,}; the file is incomplete: give the whole GGUF file")
-    model = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32)
+    model, loading = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32,
+                                                          output_loading_info=True)
+    if loading["missing_keys"]:  # transformers filled them with random weights, at the metadata's sizes
+        missing = sorted(loading["missing_keys"])
+        raise ConversionError(f"GGUF file {path} lacks {len(missing)} of the tensors its metadata's model needs "
+                              f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}, in transformers' "
+                              f"names); the file is incomplete or not of this architecture")
     return dict(model.state_dict())
 
 
