@@ -22,9 +22,10 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(path, sd: dict, eos: int, drop: tuple[str, ...] = (), extra: dict | None = None) -> None:
+def write_gguf(path, sd: dict, eos: int, drop: tuple[str, ...] = (), extra: dict | None = None,
+               tokenizer: bool = True) -> None:
     """The tiny Llama `sd` as llama.cpp lays it out, without the tensors named in `drop` (GGUF names)
-    and with the `extra` ones."""
+    and with the `extra` ones; without tokenizer metadata when not `tokenizer`."""
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_block_count(2)
     writer.add_context_length(64)
@@ -36,11 +37,12 @@ def write_gguf(path, sd: dict, eos: int, drop: tuple[str, ...] = (), extra: dict
     writer.add_rope_dimension_count(8)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(64)
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list([f"t{i}" for i in range(64)])
-    writer.add_token_types([1] * 64)
-    writer.add_token_merges([])
-    writer.add_token_scores([0.0] * 64)
+    if tokenizer:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_token_list([f"t{i}" for i in range(64)])
+        writer.add_token_types([1] * 64)
+        writer.add_token_merges([])
+        writer.add_token_scores([0.0] * 64)
     writer.add_eos_token_id(eos)
     writer.add_bos_token_id(1)
     writer.add_pad_token_id(0)
@@ -129,3 +131,19 @@ def test_a_gguf_with_nan_weights_is_refused_naming_the_tensor(tmp_path, gguf_fil
     err = capsys.readouterr().err
     assert "tensor norm.weight (in attnres' names) holds 32 NaN or infinite values" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_gguf_without_a_tokenizer_is_refused_before_its_weights_are_read(tmp_path, gguf_file, capsys, monkeypatch):
+    _, _, sd, eos = gguf_file
+    write_gguf(tmp_path / "bare.gguf", sd, eos, tokenizer=False)
+    import attnres.hf.gguf as reader
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the weights were read before the tokenizer was checked")
+
+    monkeypatch.setattr(reader, "read_gguf_weights", must_not_run)
+    monkeypatch.setattr("attnres.hf.convert.read_gguf_weights", must_not_run)
+    assert main(["convert", str(tmp_path / "bare.gguf"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert f"GGUF file {tmp_path / 'bare.gguf'} holds no tokenizer transformers can rebuild" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

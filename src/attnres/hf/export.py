@@ -111,15 +111,20 @@ def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "stan
     check_new_dir(out_dir)  # now, not after the conversion
     check_tiktoken_source(source)  # so is a tiktoken tokenizer that cannot be rebuilt
     source_config = read_source_config(source)  # once: a GGUF file's metadata takes seconds to read
-    model = convert_checkpoint(source, residual=residual, residual_options=residual_options, dtype=dtype,
-                               max_seq_len=max_seq_len, source_config=source_config)
     ids = special_token_ids(source_config)
+
+    def convert() -> AttnResLM:
+        return convert_checkpoint(source, residual=residual, residual_options=residual_options, dtype=dtype,
+                                  max_seq_len=max_seq_len, source_config=source_config)
+
     if str(source).endswith(".gguf"):
         from attnres.hf.gguf import save_gguf_tokenizer
 
         with tempfile.TemporaryDirectory() as tokenizer_dir:
-            save_gguf_tokenizer(source, tokenizer_dir)
+            save_gguf_tokenizer(source, tokenizer_dir)  # first: a GGUF without a tokenizer is refused before its weights
+            model = convert()
             out = save_hf(model, out_dir, tokenizer_dir, ids)
     else:
+        model = convert()
         out = save_hf(model, out_dir, source, ids, read_generation_config(source))
     return out, model

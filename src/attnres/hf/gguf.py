@@ -150,8 +150,14 @@ class _GgufHeader:
 
 
 def save_gguf_tokenizer(path: str | Path, out_dir: str | Path) -> None:
-    """Save the tokenizer embedded in a GGUF file as a Hugging Face tokenizer directory."""
+    """Save the tokenizer embedded in a GGUF file as a Hugging Face tokenizer directory; ConversionError
+    for a file without one transformers can rebuild."""
     from transformers import AutoTokenizer
 
     directory, name = _split(path)
-    AutoTokenizer.from_pretrained(directory, gguf_file=name).save_pretrained(str(out_dir))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(directory, gguf_file=name)
+    except (ValueError, KeyError) as error:  # transformers' refusal of the file's tokenizer metadata (or its absence)
+        raise ConversionError(f"GGUF file {path} holds no tokenizer transformers can rebuild ({error}); give a GGUF "
+                              f"file with its tokenizer, or the model's Hugging Face checkpoint directory") from None
+    tokenizer.save_pretrained(str(out_dir))
