@@ -114,13 +114,18 @@ def test_dispatch_sorts_by_expert_and_matches_a_loop_over_tokens():
     ({"scoring": "relu"}, "MoEConfig.scoring"),
     ({"router_numerics": "fp32"}, "MoEConfig.router_numerics"),
     ({"num_groups": 3}, "MoEConfig.num_groups must divide num_experts=8"),
-    ({"num_groups": 8}, "MoEConfig.num_groups: a group is scored by its two best experts"),
+    ({"num_groups": 8}, "MoEConfig.num_groups must divide num_experts=8 and leave at least 2 experts per group"),
     ({"num_groups": 2, "groups_per_token": 3}, "MoEConfig.groups_per_token"),
     ({"num_groups": 4, "groups_per_token": 1, "experts_per_token": 3}, "MoEConfig.experts_per_token"),
     ({"routed_scale": 0}, "MoEConfig.routed_scale"),
     ({"shared_experts": -1}, "MoEConfig.shared_experts"),
 ])
 def test_a_bad_configuration_fails_at_construction_naming_the_field(fields, named):
+    if fields == {"num_groups": 8}:  # the values it lists are the ones it accepts
+        with pytest.raises(InputError, match=r"allowed values: \[1, 2, 4\], got 8"):
+            MoEConfig(num_experts=8, experts_per_token=2, expert_size=4, num_groups=8)
+        for groups in (1, 2, 4):
+            MoEConfig(num_experts=8, experts_per_token=2, expert_size=4, num_groups=groups)
     values = {"num_experts": 8, "experts_per_token": 2, "expert_size": 4, **fields}
     with pytest.raises(InputError, match=named.replace(".", r"\.").replace("(", r"\(")):
         MoEConfig(**values)

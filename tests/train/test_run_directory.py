@@ -160,3 +160,13 @@ def test_a_data_cache_that_is_a_file_is_one_line_and_leaves_no_run_folder(write_
     err = capsys.readouterr().err
     assert f"$ATTNRES_CACHE {tmp_path / 'cache-file'} is a file, not a folder" in err
     assert len(err.strip().splitlines()) == 1 and not out_dir(run).exists()
+
+
+def test_an_incomplete_newest_checkpoint_is_refused_with_the_remedy(write_config, capsys):
+    path, run = write_config(steps=8)
+    train(load_run_config(path))
+    (out_dir(run) / "checkpoints" / "step_00000008" / "state.json").unlink()
+    assert main(["train", "--config", str(path), "--resume"]) == 1
+    err = capsys.readouterr().err
+    assert "is incomplete: state.json is missing; move step_00000008 out of" in err
+    assert "to resume from step_00000004" in err

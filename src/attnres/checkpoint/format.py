@@ -170,9 +170,18 @@ def verify_files(path: Path, files: dict, names: list[str]) -> None:
 
 
 def latest_checkpoint(root: Path, verify: bool = True) -> Checkpoint | None:
-    """The newest complete checkpoint under `root`, verified (unless verify=False); None when there is none."""
+    """The newest checkpoint under `root`, verified (unless verify=False); None when there is none.
+    A newest one that is incomplete or corrupt is refused (never skipped without a word), with the
+    remedy in the message: move it aside to resume from the one before it."""
     dirs = checkpoint_dirs(root)
-    return read_checkpoint(dirs[-1], verify) if dirs else None
+    if not dirs:
+        return None
+    try:
+        return read_checkpoint(dirs[-1], verify)
+    except CheckpointError as error:
+        remedy = (f"move {dirs[-1].name} out of {root} to resume from {dirs[-2].name}" if len(dirs) > 1 else
+                  f"it is the only one: move it out of {root} and train again with --force")
+        raise CheckpointError(f"{error}; {remedy}") from None
 
 
 def file_digest(path: Path) -> dict:

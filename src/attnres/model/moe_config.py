@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnres.common.checks import (check_bool, check_choice, check_int, check_positive_number, dataclass_from_dict,
-                                   divisors_hint)
+from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, dataclass_from_dict
 from attnres.common.errors import InputError
 
 SCORINGS = ("softmax", "sigmoid")
@@ -52,14 +51,16 @@ class MoEConfig:
         for name in ("normalize_top_k", "score_bias"):
             check_bool(getattr(self, name), f"MoEConfig.{name}")
         check_positive_number(self.routed_scale, "MoEConfig.routed_scale")
-        if self.num_experts % self.num_groups:
-            raise InputError(f"MoEConfig.num_groups must divide num_experts={self.num_experts}; allowed values: "
-                             f"{divisors_hint(self.num_experts)}, got {self.num_groups}")
+        # A group is scored by its two best experts, so beyond one group each needs at least two: the
+        # allowed values are the divisors of num_experts that leave two or more per group.
+        if self.num_experts % self.num_groups or (self.num_groups > 1 and self.num_experts // self.num_groups < 2):
+            allowed = (str([g for g in range(1, self.num_experts + 1) if self.num_experts % g == 0
+                            and (g == 1 or self.num_experts // g >= 2)]) if self.num_experts <= 4096
+                       else f"the divisors of {self.num_experts} up to {self.num_experts // 2}")
+            raise InputError(f"MoEConfig.num_groups must divide num_experts={self.num_experts} and leave at least 2 "
+                             f"experts per group (a group is scored by its two best); allowed values: {allowed}, "
+                             f"got {self.num_groups}")
         per_group = self.num_experts // self.num_groups
-        if self.num_groups > 1 and per_group < 2:
-            raise InputError(f"MoEConfig.num_groups: a group is scored by its two best experts, so it needs at "
-                             f"least 2; num_experts={self.num_experts} allows num_groups up to "
-                             f"{self.num_experts // 2}, got {self.num_groups}")
         if self.groups_per_token > self.num_groups:
             raise InputError(f"MoEConfig.groups_per_token must be from 1 to num_groups={self.num_groups}, "
                              f"got {self.groups_per_token}")
