@@ -96,3 +96,18 @@ def test_finetune_checkpoints_keep_the_sources_generation_defaults_and_chat_temp
     assert (step_dir / "chat_template.jinja").read_text() == (source / "chat_template.jinja").read_text()
     loaded = transformers.AutoModelForCausalLM.from_pretrained(step_dir)
     assert loaded.generation_config.eos_token_id == [0, 7]
+
+
+def test_a_set_on_a_nested_model_field_keeps_the_rest_of_the_pretrained_section(setup, tmp_path):
+    """--set model.residual_options.key_norm=false refines the converted model's options field by
+    field: its exact_conversion and num_blocks stay (the whole section was replaced before)."""
+    from attnres.train.run_config import load_finetune_config
+
+    root, _ = setup
+    out = tmp_path / "conv"
+    assert main(["convert", str(root / "source"), "--residual", "delta_block", "--option", "num_blocks=2",
+                 "--option", "exact_conversion=gate", "--out", str(out)]) == 0
+    model = load_finetune_config(out, overrides=["model.residual_options.key_norm=false",
+                                                 "train.seq_len=32"]).model
+    options = model["residual_options"]
+    assert options["key_norm"] is False and options["exact_conversion"] == "gate" and options["num_blocks"] == 2

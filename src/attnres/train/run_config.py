@@ -89,7 +89,11 @@ class RunConfig:
             pretrained = pretrained_model_fields(init_from)
             if model.get("residual", pretrained["residual"]) != pretrained["residual"]:
                 del pretrained["residual_options"]  # another variant: its options are the model section's
-            model = {**pretrained, **model}
+            # A nested section (moe, mla, kda, residual_options) is refined field by field, so that
+            # --set model.moe.num_experts=8 keeps the rest of the pretrained model's moe section.
+            model = {**pretrained, **{key: {**pretrained[key], **value}
+                                      if isinstance(value, dict) and isinstance(pretrained.get(key), dict) else value
+                                      for key, value in model.items()}}
         model, settings = upgrade_model_fields(model, flat_options=True, prefix="model.", error=RunConfigError)
         train = values.get("train") or {}
         train = _section({"train": {**settings, **train} if isinstance(train, dict) else train}, "train", TrainConfig)
