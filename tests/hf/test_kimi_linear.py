@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnres.hf.convert import ConversionError, convert_checkpoint, model_config_from_hf
-from attnres.hf.kimi_linear import kimi_linear_fields
+from attnres.hf.kimi_linear import kimi_linear_fields, runtime_state
 from attnres.model.model_config import (FULL_ATTENTION_EVERY, KIMI_FIRST_FULL_TRANSFORMERS, default_layer_types,
                                   kimi_linear_layer_types)
 from attnres.residual import VARIANTS
@@ -169,3 +169,29 @@ def test_the_converted_model_saves_loads_and_generates_as_transformers_does(chec
         alone = loaded.generate(prompt[:1, 2:], **settings)
     assert torch.equal(got, want)
     assert torch.equal(got[0, 2:], alone[0])  # the padded row decodes as the row alone
+
+
+def _expert_state(**changed):
+    """A layer's two experts and a short convolution, in the checkpoint's own names."""
+    state = {f"model.layers.1.block_sparse_moe.experts.{e}.{w}.weight": torch.zeros((6, 4) if w != "w2" else (4, 6))
+             for e in range(2) for w in ("w1", "w2", "w3")}
+    state.update({f"model.layers.0.self_attn.{p}_conv1d.weight": torch.zeros(8, 1, 4) for p in "qkv"})
+    return {**state, **changed}
+
+
+@pytest.mark.parametrize("changed, message", [
+    ({"model.layers.1.block_sparse_moe.experts.1.w1.weight": torch.zeros(5, 4)},
+     r"experts\.1\.w1\.weight is \(5, 4\) but model\.layers\.1\.block_sparse_moe\.experts\.0\.w1\.weight is \(6, 4\)"),
+    ({"model.layers.1.block_sparse_moe.experts.1.w2.weight": torch.zeros(1, 4, 6)},
+     r"experts\.1\.w2\.weight is \(1, 4, 6\) but .*experts\.0\.w2\.weight is \(4, 6\)"),
+    ({"model.layers.0.self_attn.k_conv1d.weight": torch.zeros(8, 1, 3)},
+     r"k_conv1d\.weight is \(8, 1, 3\) but model\.layers\.0\.self_attn\.q_conv1d\.weight is \(8, 1, 4\); .* past its"),
+    ({"model.layers.1.block_sparse_moe.experts.0.w3.weight": torch.zeros(6, 4, dtype=torch.int8)},
+     r"the checkpoint's model\.layers\.1\.block_sparse_moe\.experts\.0\.w3\.weight is torch\.int8; .*dequantise"),
+])
+def test_parts_that_do_not_fit_together_are_refused_in_the_checkpoints_names(changed, message):
+    """Checked before any tensor is stacked or joined (a stack of unequal experts was torch's error)."""
+    assert set(runtime_state(_expert_state())) >= {"model.layers.1.mlp.experts.gate_up_proj",
+                                                   "model.layers.0.self_attn.conv1d.weight"}
+    with pytest.raises(ConversionError, match=message):
+        runtime_state(_expert_state(**changed))

@@ -140,11 +140,31 @@ class Parts:
     per_entry: int = 0
 
     def assemble(self, tensors: list[torch.Tensor]) -> torch.Tensor:
-        """The run-time tensor of the parts' tensors (in `names` order); a lone part is returned itself."""
+        """The run-time tensor of the parts' tensors (in `names` order); a lone part is returned itself.
+        ConversionError, in the checkpoint's names, for an integer tensor or parts that do not fit together."""
+        self.check(tensors)
         if not self.per_entry:
             return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
         k = self.per_entry
         return torch.stack([torch.cat(tensors[i:i + k]) if k > 1 else tensors[i] for i in range(0, len(tensors), k)])
+
+
+    def check(self, tensors: list[torch.Tensor]) -> None:
+        """Before any tensor is joined: every part floating-point (an int8 expert would be cast to float,
+        a quantised value read as a weight), the experts' parts of one shape, and the concatenated parts
+        (a short convolution's q, k and v) of one shape past their first dim."""
+        for name, tensor in zip(self.names, tensors):
+            if not tensor.is_floating_point():
+                raise ConversionError(f"{MODEL_TYPE}: the checkpoint's {name} is {tensor.dtype}; attnres converts "
+                                      f"floating-point weights: dequantise the checkpoint first")
+        first, shape = self.names[0], tuple(tensors[0].shape)
+        for name, tensor in zip(self.names[1:], tensors[1:]):
+            fits = tuple(tensor.shape) == shape if self.per_entry else (
+                tensor.dim() == len(shape) and tuple(tensor.shape[1:]) == shape[1:])
+            if not fits:
+                what = "shape" if self.per_entry else "shape past its first dim"
+                raise ConversionError(f"{MODEL_TYPE}: the checkpoint's {name} is {tuple(tensor.shape)} but {first} is "
+                                      f"{shape}; the tensors of one set must have the same {what}")
 
 
 def runtime_layout(names) -> dict[str, Parts]:
