@@ -143,6 +143,7 @@ def test_the_default_layer_patterns_are_transformers_and_the_checkpoints(layers)
     ("moe_router_activation_func", "softmax", "moe_router_activation_func='softmax' is not supported"),
     ("mlp_layer_types", ["sparse", "dense", "sparse", "sparse"], "mlp_layer_types .* is not supported"),
     ("layer_types", ["linear_attention", "swa", "full_attention", "full_attention"], "ModelConfig.layer_types"),
+    ("linear_attn_config", [{"num_heads": 2}], r"linear_attn_config must be an object \(num_heads, .*got \["),
 ])
 def test_what_attnres_would_compute_differently_is_refused_by_name(checkpoints, field, value, message):
     values = checkpoints["issue"][1].config.to_dict()

@@ -73,6 +73,9 @@ def kimi_linear_fields(hf_config: dict) -> dict:
                qk_nope_head_dim=_get(hf_config, "qk_nope_head_dim"),
                qk_rope_head_dim=_get(hf_config, "qk_rope_head_dim"), v_head_dim=v_head_dim)
     linear = hf_config.get("linear_attn_config") or {}
+    if not isinstance(linear, dict):
+        raise ConversionError(f"{MODEL_TYPE}: config.json's linear_attn_config must be an object (num_heads, "
+                              f"head_dim, short_conv_kernel_size, full_attn_layers, kda_layers), got {linear!r:.120}")
     kda = dict(num_heads=linear.get("num_heads", _get(hf_config, "linear_num_heads")),
                head_dim=linear.get("head_dim", _get(hf_config, "linear_head_dim")),
                short_conv_kernel_size=linear.get("short_conv_kernel_size", _get(hf_config, "linear_conv_kernel_dim")))
