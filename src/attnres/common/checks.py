@@ -54,10 +54,14 @@ def check_choice(value: object, name: str, choices: Iterable, *, allow_none: boo
     raise error(f"{name} must be {'None or ' if allow_none else ''}one of {choices}, got {value!r}")
 
 
-def divisors_hint(number: int, limit: int = 4096) -> str:
-    """The values that divide `number`, for a "must divide" message: the list of its divisors, or for a
-    number above `limit` (whose divisors would take long to list) the words "the divisors of <number>"."""
-    return str([d for d in range(1, number + 1) if number % d == 0]) if number <= limit else f"the divisors of {number}"
+def divisors_hint(number: int, limit: int = 4096, up_to: int | None = None) -> str:
+    """The values that divide `number`, for a "must divide" message: the list of its divisors (those
+    up to `up_to`, when given), or for a number above `limit` (whose divisors would take long to list)
+    the words "the divisors of <number>"."""
+    top = number if up_to is None else up_to
+    if number > limit:
+        return f"the divisors of {number}" + ("" if up_to is None else f" up to {up_to}")
+    return str([d for d in range(1, top + 1) if number % d == 0])
 
 
 def check_bool(value: object, name: str, *, error: type[Exception] = InputError, yaml: bool = False) -> None:

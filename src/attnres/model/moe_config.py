@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attnres.common.checks import check_bool, check_choice, check_int, check_positive_number, dataclass_from_dict
+from attnres.common.checks import (check_bool, check_choice, check_int, check_positive_number, dataclass_from_dict,
+                                   divisors_hint)
 from attnres.common.errors import InputError
 
 SCORINGS = ("softmax", "sigmoid")
@@ -54,9 +55,7 @@ class MoEConfig:
         # A group is scored by its two best experts, so beyond one group each needs at least two: the
         # allowed values are the divisors of num_experts that leave two or more per group.
         if self.num_experts % self.num_groups or (self.num_groups > 1 and self.num_experts // self.num_groups < 2):
-            allowed = (str([g for g in range(1, self.num_experts + 1) if self.num_experts % g == 0
-                            and (g == 1 or self.num_experts // g >= 2)]) if self.num_experts <= 4096
-                       else f"the divisors of {self.num_experts} up to {self.num_experts // 2}")
+            allowed = divisors_hint(self.num_experts, up_to=max(1, self.num_experts // 2))
             raise InputError(f"MoEConfig.num_groups must divide num_experts={self.num_experts} and leave at least 2 "
                              f"experts per group (a group is scored by its two best); allowed values: {allowed}, "
                              f"got {self.num_groups}")
