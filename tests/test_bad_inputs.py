@@ -289,6 +289,12 @@ CASES = [
          lambda w, t: ["train", "--config", str(run_config(w, t, out_dir=str(run_copy(
              w, t, lambda c: truncate(c / "model.safetensors"))))), "--resume"],
          r"step_00000002 is corrupt: model\.safetensors does not match .*; use another checkpoint"),
+    Case("train", "invalid option", "a mixture of experts larger than any machine, by --set (was: the allocator's "
+         "'can't allocate memory')",
+         lambda w, t: ["train", "--config", str(run_config(w, t)), "--set", "model.moe.num_experts=1000000",
+                       "--set", "model.moe.experts_per_token=2", "--set", "model.moe.expert_size=100000"],
+         r"the model's [\d,]+ parameters with their gradients and AdamW's two moments \(fp32\) need [\d.]+ GiB, more "
+         r"than the [\d.]+ GiB of memory this machine has; make the model smaller \(model\.hidden_size, "),
     # train reads a config.json only through init_from; the nearest of its own: the YAML's model section
     Case("train", "config.json", "init_from whose config.json has an unknown model_type",
          lambda w, t: ["train", "--config", str(write_yaml(t / "run.yaml", {
@@ -569,6 +575,13 @@ CASES = [
     Case("generate", "invalid option", "a --prompt that is not UTF-8 ($'\\xff\\xfe king')",
          lambda w, t: ["generate", str(w.converted), "--prompt", "\udcff\udcfe king", "--no-compile"],
          r"--prompt is not valid UTF-8 text \(byte 0xff at character 0\); pass UTF-8"),
+    Case("generate", "invalid option", "--max-new-tokens whose static cache no machine holds, on a model with "
+         "10^12 positions (was: the allocator's 'can't allocate memory')",
+         lambda w, t: ["generate", model_dir(w, t, set_config(max_seq_len=10 ** 12)), "--prompt", "the king",
+                       "--max-new-tokens", str(10 ** 12 - 64), "--no-compile"],
+         r"max_new_tokens=999,999,999,936: a static cache of [\d,]+ positions for 1 row\(s\) \([\d.]+ GiB\) and "
+         r"the weights \([\d.]+ GiB\) need [\d.]+ GiB, more than the [\d.]+ GiB of memory this machine has; "
+         r"ask for at most [\d,]+ new tokens"),
     Case("generate", "invalid option", "--top-p 2",
          lambda w, t: ["generate", str(w.converted), *GEN, "--sample", "--top-p", "2"],
          r"--top-p must be a number in \(0, 1\], got 2\.0"),
@@ -600,6 +613,8 @@ def test_the_table_covers_every_command_with_every_kind():
     for case in CASES])
 def test_bad_input_is_refused_in_one_line_and_writes_nothing(case, world, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # default outputs (reports/..., runs/...) would land here
+    # transformers' weight-loading bar, drawn before a check that needs the loaded model, is not a message
+    monkeypatch.setattr(transformers.utils.logging, "_tqdm_active", False)
     argv = case.argv(world, tmp_path)
     capsys.readouterr()
     before = snapshot(world.root, tmp_path)

@@ -15,7 +15,8 @@ from attnres.bench.bench_config import BASELINE, BenchConfig
 from attnres.common.timing import Task, ratio, run_interleaved
 from attnres.model import ModelConfig
 from attnres.generation.memory_traffic import GB
-from attnres.train.step_cost import VariantRunner, device_sync, memory_ratios, release_memory
+from attnres.train.step_cost import (VariantRunner, check_runners_fit, device_sync, memory_ratios,
+                                     release_memory)
 
 
 def model_shape(hidden_size: int, architecture: str = "dense") -> dict:
@@ -71,9 +72,11 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
     names = (BASELINE, *config.variants)
     batch, decode_ids = _inputs(config, config.seq_len, config.decode_tokens, device)
     max_seq_len = config.seq_len + config.decode_tokens + 2  # + the compiled decode's prefill token and compile step
-    runners = {name: VariantRunner(build_model_config(config, name, config.hidden_size, config.num_layers,
-                                                      max_seq_len), device, config.precision, batch, decode_ids,
-                                   config.seed, config.routing_impl)
+    configs = {name: build_model_config(config, name, config.hidden_size, config.num_layers, max_seq_len)
+               for name in names}
+    check_runners_fit(configs, device)
+    runners = {name: VariantRunner(configs[name], device, config.precision, batch, decode_ids, config.seed,
+                                   config.routing_impl)
                for name in names}
     tasks = [Task(f"{name}/train", runners[name].train_step) for name in names]
     tasks += [Task(f"{name}/prefill", runners[name].prefill) for name in names]
@@ -140,9 +143,11 @@ def run_depth_sweep(config: BenchConfig, log: Callable[[str], object] = print) -
     batch, _ = _inputs(config, config.sweep_seq_len, 0, device)
     sweep = []
     for depth in config.depths:
-        runners = {name: VariantRunner(build_model_config(config, name, config.sweep_hidden, depth,
-                                                          config.sweep_seq_len), device, config.precision,
-                                       batch, None, config.seed, config.routing_impl)
+        configs = {name: build_model_config(config, name, config.sweep_hidden, depth, config.sweep_seq_len)
+                   for name in names}
+        check_runners_fit(configs, device)
+        runners = {name: VariantRunner(configs[name], device, config.precision, batch, None, config.seed,
+                                       config.routing_impl)
                    for name in names}
         label = f"depth {depth}: "
         timings = run_interleaved([Task(name, runners[name].train_step) for name in names], config.repeats,

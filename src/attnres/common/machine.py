@@ -64,3 +64,27 @@ def check_device(device: str, flag: str = "--device") -> torch.device:
         if dev.index is not None and "LOCAL_RANK" not in os.environ and dev.index >= torch.cuda.device_count():
             raise InputError(f"{flag} {device}: only {torch.cuda.device_count()} CUDA device(s) present")
     return dev
+
+
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def machine_memory_bytes(device: torch.device) -> int | None:
+    """Memory a process on `device` can ever hold, in bytes: a CUDA device's total memory; on CPU the
+    physical memory, or the container's limit where a cgroup sets a lower one. None where it cannot be
+    read. Total, not free: a size above it can never fit, whatever else is running."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    limits = []
+    try:
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # an OS that does not say
+        pass
+    for path in _CGROUP_LIMITS:
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():  # "max" means no limit; cgroup v1 writes a huge number instead
+            limits.append(int(text))
+    return min(limits) if limits else None

@@ -42,6 +42,8 @@ from attnres.common.errors import InputError
 from attnres.common.precision import PRECISIONS, autocast
 from attnres.common.toolchain import inductor_compiler, require_inductor_compiler
 from attnres.model.cache import StaticKVCache
+from attnres.model import memory_need
+from attnres.model.memory_need import cache_bytes, check_fits, gib
 from attnres.generation.compile_choice import (PROBE_STEPS, CompileEstimate, CompileTimes, compile_pays, saved_seconds,
                                           shape_key)
 from attnres.model.decoder import AttnResLM
@@ -307,6 +309,9 @@ class FastGenerator:
         # An autocast around the call changes the cache's dtypes and is part of the compiled graph.
         ambient = torch.is_autocast_enabled(device.type) and torch.get_autocast_dtype(device.type)
         key = (batch, capacity, precision, ambient, str(device))
+        if key not in self._states:
+            dtype = ambient or (torch.bfloat16 if precision == "bf16" else model.embed_tokens.weight.dtype)
+            _check_cache_fits(model, batch, prompt, max_new_tokens, capacity, dtype, device)
         state = self._state(key, batch, capacity, device)
         _sync(device)
         begin = time.perf_counter()
@@ -615,6 +620,24 @@ def _check_inputs(model: AttnResLM, input_ids, attention_mask, max_new_tokens, m
         if not bool(attention_mask[:, -1].bool().all()):
             raise InputError("attention_mask: fast generation needs left padding (every row's last token real); "
                              "pad on the left (tokenizer padding_side='left')")
+
+
+def _check_cache_fits(model: AttnResLM, batch: int, prompt: int, max_new_tokens: int, capacity: int,
+                      dtype: torch.dtype, device: torch.device) -> None:
+    """InputError, before the static cache is allocated, where it and the weights exceed the machine's
+    memory (attnres.model.memory_need), with the most new tokens that would fit."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    cache = cache_bytes(model, batch, capacity, dtype)
+    fixed = cache_bytes(model, batch, 0, dtype)  # recurrent states: the same at any length
+    per_position = cache_bytes(model, batch, 1, dtype) - fixed
+    have = memory_need.machine_memory_bytes(device)
+    if have is None or weights + cache <= have:
+        return
+    room = (have - weights - fixed) // per_position if per_position else 0  # no length helps
+    fit = max(0, (min(room, model.config.max_seq_len) // CAPACITY_STEP) * CAPACITY_STEP - prompt)
+    check_fits(weights + cache, f"max_new_tokens={max_new_tokens:,}: a static cache of {capacity:,} positions for "
+               f"{batch} row(s) ({gib(cache)}) and the weights ({gib(weights)}) need", device,
+               f"ask for at most {fit:,} new tokens" if fit else "shorten the prompt or the batch")
 
 
 def _token_tensor(ids, name: str, vocab_size: int, device: torch.device) -> torch.Tensor | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 import torch
 
 from attnres.common.atomic import write_atomic
-from attnres.common.machine import machine_info
+from attnres.common.machine import machine_info, machine_memory_bytes
 
 LLC_MULTIPLE = 8  # the buffer is at least this many times the last-level cache
 MIN_BUFFER_BYTES = 256 * 2 ** 20  # and at least this (a machine that reports no cache size)
@@ -59,11 +58,9 @@ def buffer_bytes(cache_bytes: int | None, memory_bytes: int | None = None) -> in
 
 
 def physical_memory_bytes() -> int | None:
-    """Physical memory in bytes; None where the OS does not say."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    """This machine's memory in bytes (a container's limit where lower); None where the OS does not say
+    (`attnres.common.machine.machine_memory_bytes` on CPU, which the size checks use too)."""
+    return machine_memory_bytes(torch.device("cpu"))
 
 
 def measure_read_bandwidth(nbytes: int, repeats: int = REPEATS) -> float:

@@ -223,6 +223,13 @@ class KimiDeltaAttention(TokenMixer):
         h, hd = self.num_heads, self.head_dim
         return 6 * h * hd ** 2 + 2 * self.kernel_size * 3 * h * hd
 
+    def cache_bytes(self, batch: int, positions: int, dtype: torch.dtype) -> int:
+        """A fixed size whatever `positions`: the last kernel_size - 1 conv inputs of q, k, v and the
+        (H, dk, dv) state, both in the compute dtype (`dtype` promoted with fp32)."""
+        h, hd = self.num_heads, self.head_dim
+        elements = batch * (3 * h * hd * (self.kernel_size - 1) + h * hd * hd)
+        return elements * torch.promote_types(dtype, torch.float32).itemsize
+
     def forward(self, x: torch.Tensor, rope=None, cache=None, layer_idx: int = 0, mask: torch.Tensor | None = None,
                 real: torch.Tensor | None = None, *, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, D) -> (B, T, D) in x's dtype. `rope` and `mask` are ignored (position is carried by the

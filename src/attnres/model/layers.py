@@ -103,6 +103,13 @@ class Attention(TokenMixer):
         """Forward FLOPs per token of mixing over `seq_len` keys: Q K^T and A V (attnres.model.flops)."""
         return 4 * seq_len * self.num_heads * self.head_dim
 
+    def cache_bytes(self, batch: int, positions: int, dtype: torch.dtype) -> int:
+        """Keys and values, batch x KV heads x positions x head_dim each: values in `dtype`, keys in it
+        promoted with the weights' dtype (under autocast the norm's gain and the rotary tables, in the
+        stream's dtype, promote them, as in transformers)."""
+        keys = torch.promote_types(dtype, self.k_proj.weight.dtype)
+        return batch * self.num_kv_heads * positions * self.head_dim * (keys.itemsize + dtype.itemsize)
+
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], cache=None,
                 layer_idx: int = 0, mask: torch.Tensor | None = None,
                 real: torch.Tensor | None = None) -> torch.Tensor:

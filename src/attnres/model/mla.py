@@ -68,6 +68,12 @@ class LatentAttention(TokenMixer):
         and the weighted values (attnres.model.flops)."""
         return 2 * seq_len * self.num_heads * (self.mla.qk_head_dim + self.mla.v_head_dim)
 
+    def cache_bytes(self, batch: int, positions: int, dtype: torch.dtype) -> int:
+        """One head per position: the shared key part (qk_rope_head_dim) in `dtype`, and the latent
+        (kv_lora_rank), which its norm's gain promotes to the weights' dtype under autocast."""
+        latent = torch.promote_types(dtype, self.kv_a_layernorm.weight.dtype)
+        return batch * positions * (self.mla.kv_lora_rank * latent.itemsize + self.mla.qk_rope_head_dim * dtype.itemsize)
+
     def forward(self, x: torch.Tensor, rope=None, cache=None, layer_idx: int = 0,
                 mask: torch.Tensor | None = None, real: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, D) -> (B, T, D). `rope` and `real` are ignored (no position is encoded, the mask says

@@ -19,6 +19,8 @@ Attention zeroes pads instead of masking). A token mixer subclasses `TokenMixer`
   seq_len tokens; its projections are nn.Linear modules, counted apart (attnres.model.flops).
 - `decode_cache_bytes(cache, layer_idx)`: the bytes of `cache` one decode step of it reads
   (attnres.generation.memory_traffic).
+- `cache_bytes(batch, positions, dtype)`: the bytes its cache would hold for `batch` rows at a
+  capacity of `positions`, before any is allocated (attnres.model.memory_need); None where unknown.
 - `not_compiled`: None where `attnres.generation.fast_generator` compiles its decode step; else what to call
   it in the message saying that step is not compiled yet.
 - its initialisation: `attnres.model.init_weights.init_module` reaches each of its sub-modules (linear
@@ -70,6 +72,11 @@ class TokenMixer(nn.Module):
     def flops_per_token(self, seq_len: int) -> int:
         """Forward FLOPs per token of mixing over positions, on sequences of `seq_len` tokens."""
         raise NotImplementedError(f"{type(self).__name__} does not state its FLOPs (flops_per_token)")
+
+    def cache_bytes(self, batch: int, positions: int, dtype: torch.dtype) -> int | None:
+        """Bytes of this layer's cache for `batch` rows at a capacity of `positions`, with keys and values
+        in `dtype` (the layer's output dtype); None where the mixer does not state it."""
+        return None
 
     def decode_cache_bytes(self, cache, layer_idx: int) -> int:
         """Bytes of an attnres cache (KVCache, StaticKVCache) read by one decode step of layer

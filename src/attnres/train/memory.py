@@ -6,14 +6,15 @@ import torch
 from torch import nn
 
 from attnres.common.precision import autocast
+from attnres.model.memory_need import training_state_bytes
 
 
 def measure_step_memory(model: nn.Module, batch: torch.Tensor, precision: str) -> dict:
     """Run one forward/backward on `batch` (B, T) under `precision` ("bf16" autocast or "fp32") and report bytes.
 
     activation_bytes: distinct storages saved for backward during the forward pass (what the
-    residual scheme changes); peak_bytes: on CUDA the allocator's peak, elsewhere an estimate =
-    parameters + gradients + AdamW moments (2x parameters) + activations. Gradients are cleared.
+    residual scheme changes); peak_bytes: on CUDA the allocator's peak, elsewhere an estimate = fp32
+    weights, gradients and AdamW moments (attnres.model.memory_need.training_state_bytes) + activations. Gradients are cleared.
     """
     seen: dict[tuple, int] = {}
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -37,7 +38,7 @@ def measure_step_memory(model: nn.Module, batch: torch.Tensor, precision: str) -
     if device.type == "cuda":
         torch.cuda.synchronize()
         peak = torch.cuda.max_memory_allocated()
-    else:
-        peak = 4 * params + activation  # weights + grads + two AdamW moments + activations
+    else:  # the training state as every size check counts it, plus the activations
+        peak = training_state_bytes(sum(p.numel() for p in model.parameters())) + activation
     model.zero_grad(set_to_none=True)
     return {"activation_bytes": int(activation), "peak_bytes": int(peak), "parameter_bytes": int(params)}

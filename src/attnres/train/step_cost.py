@@ -17,6 +17,8 @@ from attnres.common.precision import autocast
 from attnres.common.timing import ratio
 from attnres.generation import FastGenerator
 from attnres.model import AttnResLM, KVCache, ModelConfig
+from attnres.model.flops import parameter_count
+from attnres.model.memory_need import check_fits, training_state_bytes
 from attnres.train.memory import measure_step_memory
 from attnres.train.optim import adamw
 
@@ -33,6 +35,17 @@ def release_memory(device: torch.device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+
+
+def check_runners_fit(configs: dict[str, ModelConfig], device: torch.device) -> None:
+    """InputError, before any is built, where the `VariantRunner`s of `configs` (name -> config, all
+    held at once) cannot fit the machine: the sum of their training states (attnres.model.memory_need)."""
+    counts = {name: parameter_count(config).total for name, config in configs.items()}
+    need = sum(training_state_bytes(n) for n in counts.values())
+    largest = max(counts, key=counts.get)
+    check_fits(need, f"{len(configs)} models held at once (the largest, {largest}, {counts[largest]:,} parameters), "
+               f"with their gradients and AdamW's two moments (fp32), need", device,
+               "measure a smaller model (hidden_size, num_layers) or fewer variants")
 
 
 class VariantRunner:

@@ -38,6 +38,8 @@ from attnres.distributed.pipeline_layout import PipelineConfigError
 from attnres.distributed.wrap import wrap_model
 from attnres.distributed.wrapper import ParallelModel
 from attnres.model import AttnResLM
+from attnres.model.flops import parameter_count
+from attnres.model.memory_need import check_fits, training_state_bytes
 from attnres.model.moe_balance import expert_routers, take_step_loads, update_score_bias
 from attnres.residual.legacy import upgrade_model_fields
 from attnres.train.train_config import pipeline_setting_error, resolve_parallel
@@ -182,6 +184,7 @@ class Trainer:
     def _starting_model(self, checkpoint: Checkpoint | None) -> AttnResLM:
         """The whole model, on every rank: the run's seed, then a checkpoint's weights (any format, any
         world size) or, for a new run, init_from's weights and the query initialisation."""
+        self._check_memory()
         model = build_model(self.run, self.data.tokenizer.vocab_size, self.device)
         if self.data.tokenizer.vocab_size > model.config.vocab_size:
             raise RunConfigError(f"the tokenizer has {self.data.tokenizer.vocab_size} tokens but the model only "
@@ -194,6 +197,19 @@ class Trainer:
         if self.cfg.query_init == "normal":
             draw_normal_queries(model)
         return model
+
+    def _check_memory(self) -> None:
+        """InputError, before a byte is allocated, for a model whose training state cannot fit this
+        machine (attnres.model.memory_need): every process builds the whole model, and a single one
+        also keeps its gradients and AdamW's moments (shards of them elsewhere: only the weights count)."""
+        config = self.run.build_model_config(self.data.tokenizer.vocab_size)
+        parameters = parameter_count(config).total
+        alone = self.env is None or self.env.world_size == 1
+        need = training_state_bytes(parameters) if alone else 4 * parameters
+        what = (f"the model's {parameters:,} parameters with their gradients and AdamW's two moments (fp32) need"
+                if alone else f"the model's {parameters:,} fp32 parameters need")
+        check_fits(need, what, self.device, "make the model smaller (model.hidden_size, model.num_layers, "
+                                            "model.moe.num_experts, model.moe.expert_size)")
 
     def _wrap(self) -> ParallelModel:
         try:  # a pipeline split is checked against the model and the world size here
