@@ -190,12 +190,14 @@ def non_atomic_writes(result: Result, root: Path) -> list[str]:
 def assert_whole(root: Path) -> list[Path]:
     """Check that every file under `root` with a final name reads whole: JSON, JSONL and YAML parse, a PNG
     ends with its IEND chunk, an HTML page with </html>, a safetensors file is as long as its header
-    says, anything else is not empty. Returns the temporary (hidden) files and folders left there."""
+    says, anything else is not empty. Returns the temporary (hidden) files and folders left there (not
+    the lock files of `attnres.common.run_lock`, which a killed holder leaves by design)."""
     root = Path(root)
     leftovers = []
     for path in sorted(root.rglob("*")):
         if hidden(path, root):
-            if path.name.startswith("."):
+            # a killed holder's lock file is no half-written file: the next holder takes it over
+            if path.name.startswith(".") and not (path.name.startswith(".attnres.") and path.suffix == ".lock"):
                 leftovers.append(path)
             continue
         if path.is_file():

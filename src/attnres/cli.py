@@ -9,7 +9,9 @@ errors into exit codes:
   RunConfigError, DataError, ConversionError, ...: a config value, an argument, a file the user named),
   printed as one line, "attnres COMMAND: error: MESSAGE", without a traceback.
 - 1: a run that failed: CheckpointError (a missing, corrupt or mismatched checkpoint) and TrainingError
-  (a non-finite loss), one line as well, for the commands that train or load checkpoints.
+  (a non-finite loss), one line as well, for the commands that train or load checkpoints; and, for
+  every command, an OSError of the machine's storage (a full disk or quota, a read-only or failing
+  file system: `attnres.common.atomic.storage_failure`), one line naming the file.
 - Anything else, a plain ValueError included, is a bug in attnres (or in a library under it): it is not
   caught, so Python prints its traceback and exits 1.
 """
@@ -224,6 +226,16 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     except failures as error:  # corrupt or mismatched checkpoints, non-finite losses
         print(f"attnres {args.command}: error: {_one_line(error)}", file=sys.stderr)
+        return 1
+    except OSError as error:  # a full disk mid-run is the machine's, not a bug: one line naming the file
+        from attnres.common.atomic import storage_failure
+
+        line = storage_failure(error)
+        if line is None:
+            raise
+        if args.command in ("train", "finetune"):
+            line += "; --resume continues from the last whole checkpoint"
+        print(f"attnres {args.command}: error: {line}", file=sys.stderr)
         return 1
 
 

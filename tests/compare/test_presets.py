@@ -1,8 +1,14 @@
 """The bundled compare presets: every one loads and validates, and the ablation preset is the
-Kimi paper's 16-layer ablation table (METHOD §6) with the contenders."""
+Kimi paper's 16-layer ablation table (METHOD §6) with the contenders; rates taken from a study's
+results.json are checked section by section."""
 
-from attnres.compare.presets import available_presets, load_preset
+import json
+
+import pytest
+
+from attnres.compare.presets import available_presets, chosen_rates, load_preset
 from attnres.model.model_config import entry_options, variant_name
+from attnres.train.run_config import RunConfigError
 
 
 def test_every_bundled_preset_loads_and_validates_its_variants():
@@ -26,3 +32,25 @@ def test_the_ablation_preset_is_the_kimi_table():
 
 def test_the_smoke_preset_includes_a_contender():
     assert {"mhc"} & {v["residual"] for v in load_preset("smoke").variants}
+
+
+@pytest.mark.parametrize("saved", [
+    [1, 2],  # not an object
+    {"variants": None},  # a section null
+    {"variants": {"standard": 0.003}},  # of another type
+    {"variants": [None]},
+    {"variants": [{"name": "standard"}]},  # a variant without its rate
+    {"variants": [{"name": "standard", "chosen_lr": "0.003"}]},
+    {"variants": [{"name": "standard", "chosen_lr": True}]},
+])
+def test_rates_from_a_results_file_of_the_wrong_shape_is_refused_naming_the_section(saved, tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps(saved))
+    with pytest.raises(RunConfigError, match=r"^preset p: rates_from .*results\.json is not a protocol study's "
+                                             r"results: its 'variants' must be a list of objects, each with a 'name' "
+                                             r"and a positive 'chosen_lr'; got "):
+        chosen_rates(tmp_path, [{"residual": "standard"}], "preset p")
+
+
+def test_rates_from_a_results_file_takes_each_variants_rate(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps({"variants": [{"name": "standard", "chosen_lr": 0.003}]}))
+    assert chosen_rates(tmp_path, [{"residual": "standard"}], "preset p") == {"standard": 0.003}

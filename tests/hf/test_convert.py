@@ -256,6 +256,8 @@ def test_sliding_window_refused_where_it_clips(tmp_path):
     model_config_from_hf({**hf_config("qwen3").to_dict(), "sliding_window": 16, "layer_types": None})
     with pytest.raises(ConversionError, match=r"layer_types \['linear_attention'\] are not supported"):
         model_config_from_hf({**hf_config("qwen3").to_dict(), "layer_types": ["linear_attention"] * 3})
+    with pytest.raises(ConversionError, match=r"qwen3: config\.json layer_types must be a list of strings"):
+        model_config_from_hf({**hf_config("qwen3").to_dict(), "layer_types": 3})  # was a TypeError
     marked = ["full_attention", "sliding_attention", "full_attention"]
     with pytest.raises(ConversionError, match=r"llama: layer_types marks layers 1 as 'sliding_attention'"):
         model_config_from_hf({**hf_config("llama").to_dict(), "layer_types": marked})

@@ -144,6 +144,8 @@ def test_the_default_layer_patterns_are_transformers_and_the_checkpoints(layers)
     ("mlp_layer_types", ["sparse", "dense", "sparse", "sparse"], "mlp_layer_types .* is not supported"),
     ("layer_types", ["linear_attention", "swa", "full_attention", "full_attention"], "ModelConfig.layer_types"),
     ("linear_attn_config", [{"num_heads": 2}], r"linear_attn_config must be an object \(num_heads, .*got \["),
+    ("layer_types", 3, r"config\.json layer_types must be a list of strings, one per layer, got 3"),
+    ("mlp_layer_types", True, r"config\.json mlp_layer_types must be a list of strings, one per layer, got True"),
 ])
 def test_what_attnres_would_compute_differently_is_refused_by_name(checkpoints, field, value, message):
     values = checkpoints["issue"][1].config.to_dict()

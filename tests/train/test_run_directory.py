@@ -170,3 +170,64 @@ def test_an_incomplete_newest_checkpoint_is_refused_with_the_remedy(write_config
     err = capsys.readouterr().err
     assert "is incomplete: state.json is missing; move step_00000008 out of" in err
     assert "to resume from step_00000004" in err
+
+
+def test_an_extensions_folder_that_is_a_file_is_one_line_and_leaves_no_run_folder(write_config, tmp_path, monkeypatch,
+                                                                                  capsys):
+    from attnres.routing import fused_cpu
+
+    path, run = write_config(routing_impl="fused")  # the kernel must be built, into a folder that is a file
+    (tmp_path / "extensions-file").write_text("x")
+    monkeypatch.setenv("ATTNRES_EXTENSIONS_DIR", str(tmp_path / "extensions-file"))
+    monkeypatch.setitem(fused_cpu._state, "loaded", False)  # as in a process that has not loaded it
+    monkeypatch.setattr(fused_cpu, "find_compiler", lambda: "/usr/bin/g++")  # a compiler is there to build it
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"$ATTNRES_EXTENSIONS_DIR {tmp_path / 'extensions-file'} is a file, not a folder" in err
+    assert len(err.strip().splitlines()) == 1 and not out_dir(run).exists()
+
+
+def test_a_disk_filling_mid_run_is_one_line_naming_the_file_and_leaves_no_partial_checkpoint(write_config, monkeypatch,
+                                                                                                capsys):
+    from safetensors import SafetensorError
+
+    from attnres.checkpoint import single
+
+    def full_disk(tensors, path):  # safetensors' own words for ENOSPC, as a full file system gives them
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    path, run = write_config(steps=4)
+    monkeypatch.setattr(single, "save_file", full_disk)
+    assert main(["train", "--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "trainer.safetensors: No space left on device; free space" in err and "--resume continues" in err
+    assert list((out_dir(run) / "checkpoints").iterdir()) == []  # no step folder, no temporary one
+
+
+def test_shards_share_a_folder_and_each_shard_is_one_process(tmp_path):
+    out = tmp_path / "sweep"
+    first, second = RunLock(out, "--out", (0, 2)).acquire(), RunLock(out, "--out", (1, 2)).acquire()  # side by side
+    with pytest.raises(RunDirectoryBusy, match=rf"--out {out} is in use for shard 0/2 by another attnres process "
+                                               rf"\(pid {os.getpid()}\)"):
+        RunLock(out, "--out", (0, 2)).acquire()
+    with pytest.raises(RunDirectoryBusy, match=rf"--out {out} is in use by the shards of a sharded attnres run"):
+        RunLock(out, "--out").acquire()  # an unsharded run would train the shards' runs too
+    first.release()
+    with pytest.raises(RunDirectoryBusy):
+        RunLock(out, "--out").acquire()  # one shard still runs
+    second.release()
+    assert list(out.iterdir()) == []  # the last one out removed the shared lock file
+    with RunLock(out, "--out"):
+        with pytest.raises(RunDirectoryBusy, match=rf"is in use by another attnres process \(pid {os.getpid()}\)"):
+            RunLock(out, "--out", (1, 2)).acquire()
+
+
+@pytest.mark.parametrize("command", [["compare", "--preset", "smoke"], ["scaling", "--preset", "tiny"]])
+def test_compare_and_scaling_on_a_folder_in_use_stop_at_once_in_one_line(command, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATTNRES_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    with RunLock(out, "--out"):
+        assert main([*command, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {out} is in use by another attnres process (pid {os.getpid()})" in err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -10,6 +11,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
+from attnres.common.atomic import naming_failures
 from attnres.checkpoint.format import (FORMAT, TMP_PREFIX, Checkpoint, CheckpointError, checkpoint_path, file_digest,
                                        fresh_tmp_dir, parameter_names, publish)
 
@@ -23,7 +25,18 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.op
     the tensors so the checkpoint loads with transformers (see the format's docstring)."""
     final = checkpoint_path(root, step)
     tmp = fresh_tmp_dir(root, f"{TMP_PREFIX}{final.name}-{os.getpid()}")
-    save_model(model, str(tmp / "model.safetensors"))
+    try:
+        _save(tmp, final, model, optimizer, scheduler, run_config, extra, keep, hf_files, step)
+    except BaseException:  # a full disk, an interrupt: the partial folder goes, the last whole checkpoint stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _save(tmp: Path, final: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, run_config: dict,
+          extra: dict, keep: int, hf_files: dict[str, bytes] | None, step: int) -> None:
+    with naming_failures(tmp / "model.safetensors"):
+        save_model(model, str(tmp / "model.safetensors"))
     opt_state = optimizer.state_dict()
     tensors = {f"optim.{pid}.{key}": value.detach().contiguous()
                for pid, entry in opt_state["state"].items() for key, value in entry.items()
@@ -32,7 +45,8 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.op
     if torch.cuda.is_available():
         for i, rng in enumerate(torch.cuda.get_rng_state_all()):
             tensors[f"rng.cuda.{i}"] = rng
-    save_file(tensors, str(tmp / "trainer.safetensors"))
+    with naming_failures(tmp / "trainer.safetensors"):
+        save_file(tensors, str(tmp / "trainer.safetensors"))
     state = {
         "format": FORMAT, "step": step, "run_config": run_config,
         "scheduler": scheduler.state_dict(),
@@ -43,8 +57,8 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.op
         "extra": extra,
         "files": {name: file_digest(tmp / name) for name in ("model.safetensors", "trainer.safetensors")},
     }
-    publish(tmp, final, state, keep, hf_files)
-    return final
+    with naming_failures(tmp):
+        publish(tmp, final, state, keep, hf_files)
 
 
 def restore_model(checkpoint: Checkpoint, model: nn.Module) -> None:

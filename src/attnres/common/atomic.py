@@ -6,11 +6,20 @@ a temporary file (`.<name>.*.tmp`) at most, never a truncated target.
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from safetensors import SafetensorError
+
+# The errors of a machine's storage, not of attnres: a full disk or quota, a file system turned
+# read-only or failing, a file grown past its limit, permissions changed under a running process.
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.EACCES,
+                            errno.EPERM})
 
 
 def umask_mode(directory: bool = False) -> int:
@@ -52,13 +61,42 @@ def publish(tmp: str | os.PathLike[str], target: str | os.PathLike[str]) -> None
 
 
 @contextmanager
+def naming_failures(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Re-raise an OSError from inside that names no file (a write() on an open file, os.pwrite), and
+    safetensors' error wrapping one ("... (os error 28)"), as an OSError naming `path`: a full disk
+    is then one line naming what could not be written (`storage_failure`)."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is None and error.errno is not None:
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
+    except SafetensorError as error:
+        found = re.search(r"os error (\d+)", str(error))
+        if found is None:
+            raise
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from error
+
+
+def storage_failure(error: OSError) -> str | None:
+    """One line for an OSError of the machine's storage (`STORAGE_ERRNOS`): the file and the reason;
+    None for any other OSError, which is a bug and keeps its traceback."""
+    if error.errno not in STORAGE_ERRNOS:
+        return None
+    where = f"{error.filename}: " if error.filename is not None else ""
+    return (f"{where}{error.strerror or os.strerror(error.errno)}; free space or choose a folder you can write to, "
+            f"and run again (a file or checkpoint is published whole or not at all)")
+
+
+@contextmanager
 def atomic_file(path: str | os.PathLike[str], mode: str = "w") -> Iterator:
     """Open a temporary file beside `path` for writing ("w" text, "wb" bytes); on success it replaces
     `path`, on an exception it is removed and `path` is left as it was."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
+        with naming_failures(path), os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as handle:
             yield handle
         publish(tmp, path)
     except BaseException:

@@ -105,13 +105,21 @@ def chosen_rates(folder, variants: list[dict], where: str) -> dict[str, float]:
     path = Path(str(folder)) / "results.json"
     try:
         saved = json.loads(path.read_text())
-        found = {v["name"]: float(v["chosen_lr"]) for v in saved["variants"]}
     except OSError as error:
         raise RunConfigError(f"{where}: rates_from {folder!r}: cannot read {path} ({error.strerror}); run that "
                              f"study first (tools/studies/fair.sh)") from None
-    except (ValueError, KeyError, TypeError) as error:
-        raise RunConfigError(f"{where}: rates_from {folder!r}: {path} is not a protocol study's results "
-                             f"(each variant with a chosen_lr): {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise RunConfigError(f"{where}: rates_from {folder!r}: {path} is not valid JSON ({error})") from None
+    variants_found = saved.get("variants") if isinstance(saved, dict) else None
+    fits = isinstance(variants_found, list) and all(
+        isinstance(v, dict) and isinstance(v.get("name"), str) and isinstance(v.get("chosen_lr"), (int, float))
+        and not isinstance(v.get("chosen_lr"), bool) and v["chosen_lr"] > 0 for v in variants_found)
+    if not fits:  # a section null, of another type, or a variant without its rate: named, not a TypeError
+        got = type(saved).__name__ if not isinstance(saved, dict) else f"variants = {str(variants_found)[:80]}"
+        raise RunConfigError(f"{where}: rates_from {folder!r}: {path} is not a protocol study's results: its "
+                             f"'variants' must be a list of objects, each with a 'name' and a positive "
+                             f"'chosen_lr'; got {got}")
+    found = {v["name"]: float(v["chosen_lr"]) for v in variants_found}
     missing = [variant_name(v) for v in variants if variant_name(v) not in found]
     if missing:
         raise RunConfigError(f"{where}: rates_from {folder!r} chose no rate for {missing}; it has {sorted(found)}")

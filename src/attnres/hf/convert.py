@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 
 from attnres.common.deprecation import merge_old_option_keywords
 from attnres.common.json_files import CONFIG_FILE, read_json_object
-from attnres.hf.conversion_error import ConversionError
+from attnres.hf.conversion_error import ConversionError, per_layer_list
 from attnres.hf.gguf import read_gguf_config, read_gguf_weights
 from attnres.hf.kimi_linear import MODEL_TYPE as KIMI_LINEAR
 from attnres.hf.kimi_linear import RENAMED, kimi_linear_fields, runtime_state
@@ -180,7 +180,7 @@ def _check_attention_window(hf_config: dict, num_layers: int, max_seq_len: int) 
     t - W + 1 .. t), i.e. for max_seq_len <= W; only a window that can clip is refused.
     """
     model_type = hf_config["model_type"]
-    layer_types = hf_config.get("layer_types")
+    layer_types = per_layer_list(hf_config, "layer_types")
     if layer_types is not None:
         other = sorted({t for t in layer_types if t not in ("full_attention", "sliding_attention")})
         if other:

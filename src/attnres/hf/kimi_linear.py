@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnres.hf.conversion_error import ConversionError
+from attnres.hf.conversion_error import ConversionError, per_layer_list
 from attnres.model.model_config import KIMI_FIRST_FULL_TRANSFORMERS, kimi_linear_layer_types
 
 MODEL_TYPE = "kimi_linear"
@@ -92,7 +92,7 @@ def kimi_linear_fields(hf_config: dict) -> dict:
 
 def _moe(hf_config: dict, layers: int) -> dict:
     """MoEConfig fields: DeepSeek-V3's router (sigmoid scores, score-correction bias, fp32 router)."""
-    kinds = hf_config.get("mlp_layer_types")
+    kinds = per_layer_list(hf_config, "mlp_layer_types")
     if kinds is None:
         dense = min(_get(hf_config, "first_k_dense_replace"), layers)
     else:
@@ -113,7 +113,7 @@ def _layer_types(hf_config: dict, linear: dict, layers: int) -> list[str]:
     """Each layer's token mixer, as transformers' KimiLinearConfig decides it: `layer_types`, else the
     checkpoint's 1-based full_attn_layers / kda_layers, else its default (layers 4, 8, ... counting from
     0 full: `KIMI_FIRST_FULL_TRANSFORMERS`, not ModelConfig's own default for `kda`)."""
-    if hf_config.get("layer_types") is not None:
+    if per_layer_list(hf_config, "layer_types") is not None:
         return list(hf_config["layer_types"])
     if "full_attn_layers" in linear and "kda_layers" in linear:
         types = [None] * layers

@@ -370,6 +370,9 @@ def _copy_shard(source: Path, jobs: list[tuple[str, _Tensor, int]], fds: list[in
                     part = _read(source, key, handle.get_tensor, key)
                 else:
                     part = _read(source, key, view.__getitem__, slice(begin, end))
+                if part.is_floating_point() and not bool(torch.isfinite(part).all()):
+                    raise ConversionError(f"{source}: tensor {key} holds NaN or infinite values; the source "
+                                          f"checkpoint is damaged")
                 count = _write_tensor(fds[target.file], part.to(target.dtype), offset)
                 offset += count
                 written[target.file] = written.get(target.file, 0) + count

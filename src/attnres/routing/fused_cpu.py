@@ -66,6 +66,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from attnres.common.run_options import check_out_dir
 from attnres.common.toolchain import extension_compiler, missing
 from attnres.routing.fast_op import compiled_op
 from attnres.routing.lean import compute_dtype
@@ -110,6 +111,14 @@ def extensions_dir() -> Path:
         return Path(os.environ["ATTNRES_EXTENSIONS_DIR"])
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(cache) / "attnres" / "extensions"
+
+
+def _check_extensions_dir() -> None:
+    """InputError in one line where the extensions folder cannot be made or written (a file, a dangling
+    link, no write access), naming $ATTNRES_EXTENSIONS_DIR where it chose the folder."""
+    chosen = bool(os.environ.get("ATTNRES_EXTENSIONS_DIR"))
+    what = "$ATTNRES_EXTENSIONS_DIR" if chosen else "the extensions folder (set $ATTNRES_EXTENSIONS_DIR to move it)"
+    check_out_dir(extensions_dir(), what)
 
 
 def _name() -> str:
@@ -196,6 +205,7 @@ def build_extension(verbose: bool = False) -> Path:
             if find_compiler() is None:
                 raise RuntimeError(f"the fused CPU routing kernel is not built and cannot be ({_no_compiler()}); "
                                    f"{how_to_build()}, or use routing_impl 'auto' or 'lean'")
+            _check_extensions_dir()
             from torch.utils import cpp_extension  # imported here: it is slow to import and rarely needed
 
             # A ninja installed in the virtual environment is on PATH only when it is activated.

@@ -25,6 +25,7 @@ from attnres.checkpoint import checkpoint_dirs
 from attnres.common.atomic import write_atomic
 from attnres.common.errors import InputError
 from attnres.common.machine import machine_info
+from attnres.common.run_lock import RunLock
 from attnres.compare.cost_measurement import MIN_REPEATS, CostSettings, measure_costs
 from attnres.compare.progress import CompareProgress
 from attnres.compare.run_comparison import finished_record
@@ -55,6 +56,15 @@ def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, co
                          f"{MIN_REPEATS}, got {cost_repeats!r}")  # checked before hours of training, not after
     out_dir = Path(out_dir)
     planned = plan_sweep(preset, out_dir, seeds, shard)
+    # One process per --out folder, or per shard of it: a second one stops at once (RunLock).
+    with RunLock(out_dir, "--out", shard):
+        return _run_planned(preset, planned, out_dir, command, device, shard, launcher, replicates, cost_repeats,
+                            log, progress)
+
+
+def _run_planned(preset: ScalingPreset, planned: list[PlannedRun], out_dir: Path, command: str, device: str,
+                 shard: tuple[int, int], launcher: str | None, replicates: int, cost_repeats: int, log,
+                 progress: bool | None) -> dict | None:
     records = {id(p): finished_record(p.run, RECORD_FILE, RECORD_KEYS) for p in planned}
     todo = [p for p in planned if records[id(p)] is None and p.mine]
     todo.sort(key=lambda p: p.flops)  # smallest first: a stopped sweep has its small sizes done

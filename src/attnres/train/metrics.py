@@ -7,7 +7,7 @@ import math
 import warnings
 from pathlib import Path
 
-from attnres.common.atomic import write_atomic
+from attnres.common.atomic import naming_failures, write_atomic
 from attnres.common.errors import InputError
 
 
@@ -38,7 +38,7 @@ class MetricsLogger:
     def log(self, record: dict) -> None:
         """Write one record; numbers also go to TensorBoard under their key, and a list of numbers
         (a statistic by depth) as one scalar per index, `key/00`, `key/01`, ..."""
-        with open(self.path, "a") as handle:
+        with naming_failures(self.path), open(self.path, "a") as handle:
             handle.write(json.dumps(record) + "\n")
         if self._writer is None:
             return

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from attnres.checkpoint import CheckpointError
 from attnres.model import AttnResLM
+from attnres.routing import resolve_impl
 from attnres.train.run_config import RunConfig
 
 
@@ -19,6 +20,9 @@ def build_model(run: RunConfig, vocab_size: int, device: torch.device) -> AttnRe
     torch.manual_seed(run.train.seed)
     model = AttnResLM(run.build_model_config(vocab_size)).to(device)
     model.set_routing(run.train.routing_impl, run.train.routing_chunk_size)
+    # Resolved now, not at the first step: routing_impl 'fused' builds its kernel here or is refused
+    # (no compiler, an unusable extensions folder) before the run writes anything.
+    resolve_impl(model.residual.impl, device, quiet=True)
     model.activation_checkpointing = run.train.activation_checkpointing
     return model
 
