@@ -1,6 +1,8 @@
 """GGUF input: a Llama GGUF file (written here with the `gguf` package, as llama.cpp lays it out)
 converts to the same logits as the transformers model it was written from."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -147,3 +149,21 @@ def test_a_gguf_without_a_tokenizer_is_refused_before_its_weights_are_read(tmp_p
     err = capsys.readouterr().err
     assert f"GGUF file {tmp_path / 'bare.gguf'} holds no tokenizer transformers can rebuild" in err
     assert len(err.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("tensor, shape, message", [
+    ("blk.0.attn_k.weight", (32, 32), r"holds 1 tensor\(s\) of another shape than its metadata's model: "
+                                      r"model\.layers\.0\.self_attn\.k_proj\.weight \(32, 32\) where the model has "
+                                      r"\(16, 32\) \(in transformers' names\)"),
+    # a size the metadata's head count cannot split: transformers' reshape of the query fails
+    ("blk.0.attn_q.weight", (33, 32), r"a tensor does not fit the shape the metadata's model gives it \(cannot "
+                                      r"reshape array of size 1056"),
+])
+def test_a_gguf_tensor_of_another_size_than_its_metadata_is_refused_in_one_line(tmp_path, gguf_file, capsys, tensor,
+                                                                               shape, message):
+    _, _, sd, eos = gguf_file
+    write_gguf(tmp_path / "odd.gguf", sd, eos, extra={tensor: np.ones(shape, dtype=np.float32)})
+    assert main(["convert", str(tmp_path / "odd.gguf"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(message, err) and err.endswith("the file is damaged or not of this architecture"), err
+    assert not (tmp_path / "out").exists()

@@ -44,20 +44,39 @@ def read_gguf_weights(path: str | Path, expected_weights: int = 0) -> dict[str, 
     fewer is refused before transformers builds that model (it would fill the missing weights with
     random ones, at the size the metadata claims)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
 
     directory, name = _split(path)
     listed = gguf_weight_count(path)
     if listed < expected_weights:
         raise ConversionError(f"GGUF file {path} holds {listed:,} weights in its tensors but its metadata describes a "
                               f"model of {expected_weights:,}; the file is incomplete: give the whole GGUF file")
-    model, loading = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32,
-                                                          output_loading_info=True)
+    previous = transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_error()  # its load report repeats what the one line below says
+    try:  # a tensor whose size the metadata's shape cannot take fails in transformers' reshape or load
+        model, loading = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32,
+                                                              output_loading_info=True, ignore_mismatched_sizes=True)
+    except (ValueError, RuntimeError) as error:
+        raise ConversionError(f"GGUF file {path}: a tensor does not fit the shape the metadata's model gives it "
+                              f"({_one_line(error)}); the file is damaged or not of this architecture") from None
+    finally:
+        transformers_logging.set_verbosity(previous)
+    mismatched = [f"{key} {tuple(found)} where the model has {tuple(wanted)}"
+                  for key, found, wanted in sorted(loading.get("mismatched_keys") or [])]
+    if mismatched:  # transformers would have drawn these at random in the metadata's shapes
+        raise ConversionError(f"GGUF file {path} holds {len(mismatched)} tensor(s) of another shape than its metadata's "
+                              f"model: {', '.join(mismatched[:3])}{', ...' if len(mismatched) > 3 else ''} (in "
+                              f"transformers' names); the file is damaged or not of this architecture")
     if loading["missing_keys"]:  # transformers filled them with random weights, at the metadata's sizes
         missing = sorted(loading["missing_keys"])
         raise ConversionError(f"GGUF file {path} lacks {len(missing)} of the tensors its metadata's model needs "
                               f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}, in transformers' "
                               f"names); the file is incomplete or not of this architecture")
     return dict(model.state_dict())
+
+
+def _one_line(error: Exception) -> str:
+    return " ".join(str(error).split())[:200]
 
 
 # GGUF metadata value types: the byte width of each fixed-size one; 8 is a string, 9 an array.
