@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnres.common.checks import check_int
+from attnres.common.checks import check_int, is_number
 from attnres.common.config_files import bundled_config_dir, bundled_presets, prefixed_overrides, read_preset
 from attnres.compare.cost_measurement import CostSettings
 from attnres.compare.protocol import Protocol
@@ -112,8 +112,8 @@ def chosen_rates(folder, variants: list[dict], where: str) -> dict[str, float]:
         raise RunConfigError(f"{where}: rates_from {folder!r}: {path} is not valid JSON ({error})") from None
     variants_found = saved.get("variants") if isinstance(saved, dict) else None
     fits = isinstance(variants_found, list) and all(
-        isinstance(v, dict) and isinstance(v.get("name"), str) and isinstance(v.get("chosen_lr"), (int, float))
-        and not isinstance(v.get("chosen_lr"), bool) and v["chosen_lr"] > 0 for v in variants_found)
+        isinstance(v, dict) and isinstance(v.get("name"), str) and is_number(v.get("chosen_lr")) and v["chosen_lr"] > 0
+        for v in variants_found)
     if not fits:  # a section null, of another type, or a variant without its rate: named, not a TypeError
         got = type(saved).__name__ if not isinstance(saved, dict) else f"variants = {str(variants_found)[:80]}"
         raise RunConfigError(f"{where}: rates_from {folder!r}: {path} is not a protocol study's results: its "

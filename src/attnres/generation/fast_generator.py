@@ -42,7 +42,6 @@ from attnres.common.errors import InputError
 from attnres.common.precision import PRECISIONS, autocast
 from attnres.common.toolchain import inductor_compiler, require_inductor_compiler
 from attnres.model.cache import StaticKVCache
-from attnres.model import memory_need
 from attnres.model.memory_need import cache_bytes, check_fits, gib
 from attnres.generation.compile_choice import (PROBE_STEPS, CompileEstimate, CompileTimes, compile_pays, saved_seconds,
                                           shape_key)
@@ -630,14 +629,14 @@ def _check_cache_fits(model: AttnResLM, batch: int, prompt: int, max_new_tokens:
     cache = cache_bytes(model, batch, capacity, dtype)
     fixed = cache_bytes(model, batch, 0, dtype)  # recurrent states: the same at any length
     per_position = cache_bytes(model, batch, 1, dtype) - fixed
-    have = memory_need.machine_memory_bytes(device)
-    if have is None or weights + cache <= have:
-        return
-    room = (have - weights - fixed) // per_position if per_position else 0  # no length helps
-    fit = max(0, (min(room, model.config.max_seq_len) // CAPACITY_STEP) * CAPACITY_STEP - prompt)
+
+    def fitting(have: int) -> str:
+        room = (have - weights - fixed) // per_position if per_position else 0  # no length helps
+        fit = max(0, (min(room, model.config.max_seq_len) // CAPACITY_STEP) * CAPACITY_STEP - prompt)
+        return f"ask for at most {fit:,} new tokens" if fit else "shorten the prompt or the batch"
+
     check_fits(weights + cache, f"max_new_tokens={max_new_tokens:,}: a static cache of {capacity:,} positions for "
-               f"{batch} row(s) ({gib(cache)}) and the weights ({gib(weights)}) need", device,
-               f"ask for at most {fit:,} new tokens" if fit else "shorten the prompt or the batch")
+               f"{batch} row(s) ({gib(cache)}) and the weights ({gib(weights)}) need", device, fitting)
 
 
 def _token_tensor(ids, name: str, vocab_size: int, device: torch.device) -> torch.Tensor | None:

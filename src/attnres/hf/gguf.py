@@ -64,9 +64,9 @@ def read_gguf_weights(path: str | Path, expected_weights: int = 0) -> dict[str, 
     mismatched = [f"{key} {tuple(found)} where the model has {tuple(wanted)}"
                   for key, found, wanted in sorted(loading.get("mismatched_keys") or [])]
     if mismatched:  # transformers would have drawn these at random in the metadata's shapes
-        raise ConversionError(f"GGUF file {path} holds {len(mismatched)} tensor(s) of another shape than its metadata's "
-                              f"model: {', '.join(mismatched[:3])}{', ...' if len(mismatched) > 3 else ''} (in "
-                              f"transformers' names); the file is damaged or not of this architecture")
+        raise ConversionError(f"GGUF file {path} holds {len(mismatched)} tensor(s) of another shape than its "
+                              f"metadata's model: {', '.join(mismatched[:3])}{', ...' if len(mismatched) > 3 else ''} "
+                              f"(in transformers' names); the file is damaged or not of this architecture")
     if loading["missing_keys"]:  # transformers filled them with random weights, at the metadata's sizes
         missing = sorted(loading["missing_keys"])
         raise ConversionError(f"GGUF file {path} lacks {len(missing)} of the tensors its metadata's model needs "

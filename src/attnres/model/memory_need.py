@@ -17,19 +17,22 @@ free at the moment, so a refusal never depends on what else runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from attnres.common.errors import InputError
 from attnres.common.machine import machine_memory_bytes
 
+FP32_BYTES = 4
 FP32_COPIES = 4  # weights, gradients, AdamW's first and second moments, all fp32
 GIB = 2 ** 30
 
 
 def training_state_bytes(num_parameters: int) -> int:
     """Bytes of weights, gradients and AdamW's two moments of `num_parameters` fp32 parameters."""
-    return FP32_COPIES * 4 * num_parameters
+    return FP32_COPIES * FP32_BYTES * num_parameters
 
 
 def cache_bytes(model: nn.Module, batch: int, positions: int, dtype: torch.dtype) -> int:
@@ -44,14 +47,16 @@ def gib(nbytes: int) -> str:
     return f"{nbytes / GIB:.1f} GiB"
 
 
-def check_fits(need: int, what: str, device: torch.device, remedy: str) -> None:
+def check_fits(need: int, what: str, device: torch.device, remedy: str | Callable[[int], str]) -> None:
     """InputError when `need` bytes exceed the memory of `device`'s machine: one line with `what`
-    ("the model's weights ... need"), the estimate, the machine's memory and `remedy`. Nothing is
-    checked where the machine's memory cannot be read."""
+    ("the model's weights ... need"), the estimate, the machine's memory and `remedy` (or
+    `remedy(memory bytes)`, for advice that depends on it). Nothing is checked where the machine's
+    memory cannot be read."""
     have = machine_memory_bytes(device)
     if have is not None and need > have:
         where = "this GPU" if device.type == "cuda" else "this machine"
-        raise InputError(f"{what} {gib(need)}, more than the {gib(have)} of memory {where} has; {remedy}")
+        advice = remedy(have) if callable(remedy) else remedy
+        raise InputError(f"{what} {gib(need)}, more than the {gib(have)} of memory {where} has; {advice}")
 
 
-__all__ = ["FP32_COPIES", "cache_bytes", "check_fits", "gib", "training_state_bytes"]
+__all__ = ["FP32_BYTES", "FP32_COPIES", "cache_bytes", "check_fits", "gib", "training_state_bytes"]

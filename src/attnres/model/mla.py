@@ -72,7 +72,8 @@ class LatentAttention(TokenMixer):
         """One head per position: the shared key part (qk_rope_head_dim) in `dtype`, and the latent
         (kv_lora_rank), which its norm's gain promotes to the weights' dtype under autocast."""
         latent = torch.promote_types(dtype, self.kv_a_layernorm.weight.dtype)
-        return batch * positions * (self.mla.kv_lora_rank * latent.itemsize + self.mla.qk_rope_head_dim * dtype.itemsize)
+        per_position = self.mla.kv_lora_rank * latent.itemsize + self.mla.qk_rope_head_dim * dtype.itemsize
+        return batch * positions * per_position
 
     def forward(self, x: torch.Tensor, rope=None, cache=None, layer_idx: int = 0,
                 mask: torch.Tensor | None = None, real: torch.Tensor | None = None) -> torch.Tensor:

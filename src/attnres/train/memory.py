@@ -14,7 +14,8 @@ def measure_step_memory(model: nn.Module, batch: torch.Tensor, precision: str) -
 
     activation_bytes: distinct storages saved for backward during the forward pass (what the
     residual scheme changes); peak_bytes: on CUDA the allocator's peak, elsewhere an estimate = fp32
-    weights, gradients and AdamW moments (attnres.model.memory_need.training_state_bytes) + activations. Gradients are cleared.
+    weights, gradients and AdamW moments (attnres.model.memory_need.training_state_bytes) +
+    activations. Gradients are cleared.
     """
     seen: dict[tuple, int] = {}
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}

@@ -39,7 +39,7 @@ from attnres.distributed.wrap import wrap_model
 from attnres.distributed.wrapper import ParallelModel
 from attnres.model import AttnResLM
 from attnres.model.flops import parameter_count
-from attnres.model.memory_need import check_fits, training_state_bytes
+from attnres.model.memory_need import FP32_BYTES, check_fits, training_state_bytes
 from attnres.model.moe_balance import expert_routers, take_step_loads, update_score_bias
 from attnres.residual.legacy import upgrade_model_fields
 from attnres.train.train_config import pipeline_setting_error, resolve_parallel
@@ -205,7 +205,7 @@ class Trainer:
         config = self.run.build_model_config(self.data.tokenizer.vocab_size)
         parameters = parameter_count(config).total
         alone = self.env is None or self.env.world_size == 1
-        need = training_state_bytes(parameters) if alone else 4 * parameters
+        need = training_state_bytes(parameters) if alone else FP32_BYTES * parameters
         what = (f"the model's {parameters:,} parameters with their gradients and AdamW's two moments (fp32) need"
                 if alone else f"the model's {parameters:,} fp32 parameters need")
         check_fits(need, what, self.device, "make the model smaller (model.hidden_size, model.num_layers, "
