@@ -11,6 +11,7 @@ from attnres.common.errors import InputError
 from attnres.residual.policy import SourcePolicy
 from attnres.residual.scheme import ResidualScheme, StreamState, auto_chunk_size, check_chunk_size
 from attnres.routing import IMPLS, DepthMixer, GroupRouting, RoutedPrefix, inv_rms, route_group
+from attnres.routing.fused_cpu import collect_source
 
 
 class FastRouting:
@@ -22,6 +23,11 @@ class FastRouting:
         self.impl, self.eps = impl, eps
         self.inv_rms: list[torch.Tensor] = []
         self.group: GroupRouting | None = None
+
+    def collect(self, source: torch.Tensor) -> torch.Tensor:
+        """A completed source as the routers will read it: under "fused", a view whose gradient from
+        every routing call is summed by the kernels in one buffer (fused_cpu.collect_source)."""
+        return collect_source(source) if self.impl == "fused" else source
 
     def completed_inv_rms(self, sources: list[torch.Tensor]) -> list[torch.Tensor] | None:
         """inv_rms of every completed source, computing only the new ones; None for "fused", whose
@@ -92,6 +98,7 @@ class RoutedScheme(ResidualScheme):
     def resume(self, stream, sources, partial, record_routing=False) -> StreamState:
         state = super().resume(stream, sources, partial, record_routing)
         state.scratch = FastRouting(state.impl, self.eps)
+        state.sources = [state.scratch.collect(v) for v in state.sources]
         return state
 
     def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
@@ -112,7 +119,7 @@ class RoutedScheme(ResidualScheme):
         else:
             state.partial = state.partial + delta
         if self.policy.closes_block(s):
-            state.sources.append(state.partial)
+            state.sources.append(state.scratch.collect(state.partial))
             state.partial = None
 
     def finish(self, state: StreamState) -> torch.Tensor:

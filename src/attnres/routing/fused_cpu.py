@@ -71,7 +71,7 @@ from attnres.common.toolchain import extension_compiler, missing
 from attnres.routing.fast_op import compiled_op
 from attnres.routing.lean import compute_dtype
 
-__all__ = ["build_extension", "extension_path", "find_compiler", "fused_available", "how_to_build",
+__all__ = ["build_extension", "collect_source", "extension_path", "find_compiler", "fused_available", "how_to_build",
            "merge_sources_fused", "route_sources_fused", "unavailable_reason"]
 
 SOURCE = Path(__file__).with_name("csrc") / "route_cpu.cpp"
@@ -378,7 +378,8 @@ def route_sources_fused(queries: Tensor, sources: list[Tensor], inv: list[Tensor
     if not needs_grad:
         return _route_forward(queries, sources, inv, eps)
     route = _ops().route  # forward and backward in C++ (the kernel's autograd node)
-    return _call(lambda: route(queries, sources, inv, eps, centered), lambda: _check(queries, sources, inv))
+    into = _sinks(sources)
+    return _call(lambda: route(queries, sources, inv, eps, centered, into), lambda: _check(queries, sources, inv))
 
 
 
@@ -488,8 +489,42 @@ def merge_sources_fused(mixed: Tensor, lse: Tensor, query: Tensor, sources: list
     if not needs_grad:
         return _merge_forward(mixed, lse, query, sources, inv, eps)
     merge = _ops().merge  # forward and backward in C++ (the kernel's autograd node)
-    return _call(lambda: merge(mixed, lse, query, sources, inv, eps),
+    into = _sinks(sources)
+    return _call(lambda: merge(mixed, lse, query, sources, inv, eps, into),
                  lambda: _check_merge(mixed, lse, query, sources, inv))
+
+
+# ---------------------------------------------------------------- gradient sinks
+
+_SINK = "_attnres_gradient_sink"
+
+
+def collect_source(source: Tensor) -> Tensor:
+    """`source` as a view whose gradient from the fused kernels is summed in one buffer (eager training).
+
+    A source that many routing calls read (a sub-layer output under Full or Delta AttnRes is read by
+    every later chunk's phase 1 and by the merges of its own chunk) gets one gradient per call, which
+    autograd adds one by one, each written, read back and added in the source's dtype: in bf16 that was
+    about a quarter of Full AttnRes's routing cost. A collected source carries a sink, an empty buffer
+    in the compute dtype (fp32, float64 for float64); each call's backward adds d source into it in
+    its own pass (the first one writes), and the view's backward node hands the sum on once, in the
+    source's dtype, then frees it. The kernels use a sink only in a backward that runs every node
+    (loss.backward()); `autograd.grad` and backward(inputs=...) get d sources as before.
+    Returns `source` itself where this does not apply: no gradient needed, under torch.compile, a
+    source off the CPU or of a dtype the kernels do not read.
+    """
+    if (not torch.is_grad_enabled() or not source.requires_grad or torch.compiler.is_compiling()
+            or source.device.type != "cpu" or source.dtype not in SUPPORTED_DTYPES or not fused_available()):
+        return source
+    sink = source.new_empty(0, dtype=compute_dtype([source])[1])
+    collected = _ops().collect(source, sink)
+    setattr(collected, _SINK, sink)
+    return collected
+
+
+def _sinks(sources: list[Tensor]) -> list[Tensor | None]:
+    """Each source's gradient sink (`collect_source`), or None."""
+    return [getattr(v, _SINK, None) for v in sources]
 
 
 _probe()

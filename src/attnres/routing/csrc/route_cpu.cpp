@@ -24,6 +24,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/Half.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -265,17 +266,22 @@ void weighted_sum(const A* w, const A* const* rows, int64_t offset, int64_t n, i
 }
 
 // Backward's pass 2 for one (source, token): out = sum_s (a[s] g_s + c[s] q_s) (the g term only
-// when g_rows is given) + self_coef v, and dq_s += c[s] v, for rows of `width`; q and dq are
-// (S, width). A chunk of `out` stays in registers across the S routers.
+// when g_rows is given) + self_coef v, added to what out holds when `accumulate` (a gradient sink),
+// and dq_s += c[s] v, for rows of `width`; q and dq are (S, width). A chunk of `out` stays in
+// registers across the S routers.
 template <typename A>
 void source_grad(int64_t S_, const A* a, const A* c, const A* const* g_rows, int64_t g_offset, const A* q,
-                 const A* v, int64_t width, A self_coef, A* out, A* dq) {
+                 const A* v, int64_t width, A self_coef, A* out, A* dq, bool accumulate = false) {
   using S = Simd<A>;
   constexpr int64_t W = S::W;
   int64_t k = 0;
   for (; k + 2 * W <= width; k += 2 * W) {
     const typename S::V v0 = S::load(v + k), v1 = S::load(v + k + W), e = S::splat(self_coef);
     typename S::V o0 = e * v0, o1 = e * v1;
+    if (accumulate) {
+      o0 += S::load(out + k);
+      o1 += S::load(out + k + W);
+    }
     for (int64_t s = 0; s < S_; ++s) {
       const typename S::V cs = S::splat(c[s]);
       const A* qs = q + s * width + k;
@@ -295,7 +301,7 @@ void source_grad(int64_t S_, const A* a, const A* c, const A* const* g_rows, int
     S::store(out + k + W, o1);
   }
   for (; k < width; ++k) {
-    A o = self_coef * v[k];
+    A o = self_coef * v[k] + (accumulate ? out[k] : A(0));
     for (int64_t s = 0; s < S_; ++s) {
       o += c[s] * q[s * width + k] + (g_rows ? a[s] * g_rows[s][g_offset + k] : A(0));
       dq[s * width + k] += c[s] * v[k];
@@ -439,11 +445,44 @@ void with_compute(ScalarType compute, F&& run) {
   }
 }
 
-// Backward's d sources (each in its source's dtype and shape) and d inv ((tokens,) in the compute
-// dtype, none when inv is computed in the kernel), to fill.
-void alloc_source_grads(const Inputs& in, std::vector<Tensor>& grad_sources, std::vector<Tensor>& grad_inv) {
+// Gradient sinks (eager training; fused_cpu.collect_source). A source collected into a sink gets
+// its gradient from every routing call added into that one buffer, in the compute dtype, by the
+// kernels themselves; its `collect` node hands the sum on once. Without sinks autograd adds one
+// gradient per call, each written, read back and added in the source's dtype (for bf16 sources
+// that was about a quarter of Full AttnRes's routing cost). Per source: the sink's rows (null: none)
+// and whether they already hold a gradient (add) or are empty until this call (write). A sink is
+// used only where inv is computed in the kernel (its gradient then lies in d sources) and its dtype
+// is the compute dtype.
+template <typename A>
+struct Sinks {
+  std::vector<A*> rows;
+  std::vector<char> add;
+  bool any = false;
+  Sinks(const Inputs& in, const std::vector<Tensor>& into) : rows(in.n, nullptr), add(in.n, 0) {
+    if (!in.own_inv) return;
+    for (int64_t i = 0; i < std::min<int64_t>(in.n, into.size()); ++i) {
+      const Tensor& sink = into[i];
+      if (!sink.defined() || sink.scalar_type() != in.compute) continue;
+      if (sink.numel() == 0) {
+        sink.resize_(in.sources[i].sizes());  // a source listed twice: its second entry then adds
+      } else {
+        TORCH_CHECK_VALUE(sink.numel() == in.tokens * in.D, "attnres fused routing: the gradient sink of source ",
+                          i, " has ", sink.numel(), " elements, expected ", in.tokens * in.D);
+        add[i] = 1;
+      }
+      rows[i] = sink.data_ptr<A>();
+      any = true;
+    }
+  }
+};
+
+// Backward's d sources (each in its source's dtype and shape; none for a source with a sink) and
+// d inv ((tokens,) in the compute dtype, none when inv is computed in the kernel), to fill.
+template <typename A>
+void alloc_source_grads(const Inputs& in, std::vector<Tensor>& grad_sources, std::vector<Tensor>& grad_inv,
+                        const Sinks<A>& sinks) {
   for (int64_t i = 0; i < in.n; ++i) {
-    grad_sources.push_back(at::empty(in.sources[i].sizes(), in.sources[i].options()));
+    grad_sources.push_back(sinks.rows[i] ? Tensor() : at::empty(in.sources[i].sizes(), in.sources[i].options()));
     if (!in.own_inv) grad_inv.push_back(at::empty({in.tokens}, in.queries.options()));
   }
 }
@@ -548,7 +587,7 @@ struct Upstream {  // the incoming gradients; null pointers for the absent ones
 };
 
 template <typename A>
-void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, bool centered,
+void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, bool centered, const Sinks<A>& sinks,
                      std::vector<Tensor>& grad_sources, std::vector<Tensor>& grad_inv, Tensor& grad_queries) {
   const int64_t S = src.S, D = src.D, n = src.n, tokens = src.tokens;
   const std::vector<const A*> inv = inv_rows<A>(src);
@@ -561,7 +600,7 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
   std::vector<char*> dsrc(n);
   std::vector<A*> dinv(n);
   for (int64_t i = 0; i < n; ++i) {
-    dsrc[i] = static_cast<char*>(grad_sources[i].data_ptr());
+    dsrc[i] = sinks.rows[i] ? nullptr : static_cast<char*>(grad_sources[i].data_ptr());
     dinv[i] = src.own_inv ? nullptr : grad_inv[i].data_ptr<A>();
   }
   // d queries sums over all tokens: one partial per group of tiles, added in a fixed order at the
@@ -632,18 +671,19 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
         // Pass 2: d v_i = sum_s (alpha g_s + coef q_s), and d q_s += coef v_i, from the cached rows.
         // With inv computed here, d v_i also gets d inv * d inv / d v = d inv * (-inv^3 / D) v_i.
         for (int64_t i = 0; i < n; ++i) {
-          const bool direct = src.type[i] == self;
+          A* sink = sinks.rows[i];
+          const bool direct = sink || src.type[i] == self;
           for (int64_t t = 0; t < count; ++t) {
             const int64_t tok = t0 + t;
             for (int64_t s = 0; s < S; ++s) {
               a_st[s] = alpha[(s * tokens + tok) * n + i];
               c_st[s] = coef[(t * S + s) * n + i];
             }
-            A* out = direct ? reinterpret_cast<A*>(dsrc[i]) + tok * D : dv.data();
+            A* out = sink ? sink + tok * D : direct ? reinterpret_cast<A*>(dsrc[i]) + tok * D : dv.data();
             const A r = rt[t * n + i];
             const A self_coef = src.own_inv ? -drt[t * n + i] * r * r * r / static_cast<A>(D) : A(0);
             source_grad<A>(S, a_st.data(), c_st.data(), has_g ? g_rows.data() : nullptr, t * D, q, rows[i] + t * D,
-                           D, self_coef, out, dq);
+                           D, self_coef, out, dq, sink && sinks.add[i]);
             if (!direct) store_as<A>(dv.data(), src.type[i], D, dsrc[i] + tok * D * src.elem[i]);
           }
         }
@@ -678,7 +718,7 @@ std::optional<Tensor> rows_arg(const std::optional<Tensor>& t, int64_t numel, co
 std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward(
     const Tensor& queries, const Tensor& weights, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv,
     const std::optional<Tensor>& grad_mixed, const std::optional<Tensor>& grad_lse,
-    const std::optional<Tensor>& grad_weights, bool centered, double eps) {
+    const std::optional<Tensor>& grad_weights, bool centered, double eps, const std::vector<Tensor>& into = {}) {
   const Inputs in = prepare(queries, sources, inv, eps);
   const int64_t per_token = in.S * in.tokens;
   const Tensor alpha = scalars(weights, per_token * in.n, in.compute, "weights");
@@ -688,15 +728,16 @@ std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward(
   if (grad_weights.has_value()) g_weights = scalars(*grad_weights, per_token * in.n, in.compute, "grad_weights");
 
   std::vector<Tensor> grad_sources, grad_inv;
-  alloc_source_grads(in, grad_sources, grad_inv);
   Tensor grad_queries = at::empty({in.S, in.D}, in.queries.options());
   auto run = [&](auto zero) {
     using A = decltype(zero);
+    const Sinks<A> sinks(in, into);
+    alloc_source_grads<A>(in, grad_sources, grad_inv, sinks);
     Upstream<A> up;
     if (g_mixed) up.mixed = RowArray(*g_mixed);
     if (g_lse) up.lse = g_lse->data_ptr<A>();
     if (g_weights) up.weights = g_weights->data_ptr<A>();
-    backward_kernel<A>(in, alpha.data_ptr<A>(), up, centered, grad_sources, grad_inv, grad_queries);
+    backward_kernel<A>(in, alpha.data_ptr<A>(), up, centered, sinks, grad_sources, grad_inv, grad_queries);
   };
   with_compute(in.compute, run);
   finish_inv_grads(grad_inv, inv);
@@ -723,6 +764,8 @@ struct RowSink {
   RowSink(Tensor& t, int64_t width)
       : data(static_cast<char*>(t.data_ptr())), type(t.scalar_type()), elem(t.element_size()), D(width),
         direct(t.scalar_type() == scalar_type_of<A>()), acc(direct ? 0 : width) {}
+  RowSink(A* rows, int64_t width)  // a gradient sink's rows, in A
+      : data(reinterpret_cast<char*>(rows)), type(scalar_type_of<A>()), elem(sizeof(A)), D(width), direct(true) {}
   A* row(int64_t r) { return direct ? reinterpret_cast<A*>(data) + r * D : acc.data(); }
   void done(int64_t r) {
     if (!direct) store_as<A>(acc.data(), type, D, data + r * D * elem);
@@ -845,7 +888,7 @@ A merge_logit_grads(int64_t n, A keep, const A* take, bool has_g, A g_out, const
 
 template <typename A>
 void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep, const A* take,
-                           const MergeUpstream<A>& up, Tensor* grad_mixed, A* grad_lse,
+                           const MergeUpstream<A>& up, const Sinks<A>& into, Tensor* grad_mixed, A* grad_lse,
                            std::vector<Tensor>& grad_sources, std::vector<Tensor>& grad_inv, Tensor& grad_query) {
   const int64_t D = src.D, n = src.n, tokens = src.tokens;
   const std::vector<const A*> inv = inv_rows<A>(src);
@@ -866,7 +909,13 @@ void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep
     std::vector<const A*> rows(n);
     std::vector<A> rt(tile * n), qv(n), gv(n), dl(n);
     std::vector<RowSink<A>> sinks;
-    for (int64_t i = 0; i < n; ++i) sinks.emplace_back(grad_sources[i], D);
+    for (int64_t i = 0; i < n; ++i) {
+      if (into.rows[i]) {
+        sinks.emplace_back(into.rows[i], D);
+      } else {
+        sinks.emplace_back(grad_sources[i], D);
+      }
+    }
     std::optional<RowSink<A>> mixed_sink;
     if (grad_mixed) mixed_sink.emplace(*grad_mixed, D);
     for (int64_t group = group_begin; group < group_end; ++group) {
@@ -898,7 +947,7 @@ void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep
             if (!src.own_inv) dinv[i][tok] = d_inv;
             const A self_coef = src.own_inv ? -d_inv * r * r * r / static_cast<A>(D) : A(0);
             source_grad<A>(1, tk + i, &c, has_g ? &gt : nullptr, 0, q, rows[i] + t * D, D, self_coef,
-                           sinks[i].row(tok), dq);
+                           sinks[i].row(tok), dq, into.add[i]);
             sinks[i].done(tok);
           }
           if (mixed_sink) {
@@ -925,7 +974,7 @@ std::tuple<std::vector<Tensor>, Tensor, Tensor, std::vector<Tensor>, std::vector
     const Tensor& query, const Tensor& out, const Tensor& keep, const Tensor& take, const std::vector<Tensor>& sources,
     const std::vector<Tensor>& inv, const std::optional<Tensor>& grad_out, const std::optional<Tensor>& grad_total,
     const std::optional<Tensor>& grad_keep, const std::optional<Tensor>& grad_take, ScalarType mixed_dtype,
-    double eps) {
+    double eps, const std::vector<Tensor>& into = {}) {
   const Inputs in = prepare_merge(query, sources, inv, eps, out, keep, "out");
   const Tensor o = out.contiguous(), k = scalars(keep, in.tokens, in.compute, "keep");
   const Tensor w = scalars(take, in.tokens * in.n, in.compute, "take");
@@ -938,16 +987,17 @@ std::tuple<std::vector<Tensor>, Tensor, Tensor, std::vector<Tensor>, std::vector
   auto options = in.queries.options();
   std::vector<Tensor> grad_mixed, grad_sources, grad_inv;
   if (g_out) grad_mixed.push_back(at::empty(out.sizes(), options.dtype(mixed_dtype)));
-  alloc_source_grads(in, grad_sources, grad_inv);
   Tensor grad_lse = at::empty(keep.sizes(), options), grad_query = at::empty({in.D}, options);
   auto run = [&](auto zero) {
     using A = decltype(zero);
+    const Sinks<A> sinks(in, into);
+    alloc_source_grads<A>(in, grad_sources, grad_inv, sinks);
     MergeUpstream<A> up;
     if (g_out) up.out = RowArray(*g_out);
     if (g_total) up.total = g_total->data_ptr<A>();
     if (g_keep) up.keep = g_keep->data_ptr<A>();
     if (g_take) up.take = g_take->data_ptr<A>();
-    merge_backward_kernel<A>(in, RowArray(o), k.data_ptr<A>(), w.data_ptr<A>(), up,
+    merge_backward_kernel<A>(in, RowArray(o), k.data_ptr<A>(), w.data_ptr<A>(), up, sinks,
                              grad_mixed.empty() ? nullptr : &grad_mixed[0], grad_lse.data_ptr<A>(), grad_sources,
                              grad_inv, grad_query);
   };
@@ -969,6 +1019,20 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 std::optional<Tensor> maybe(const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; }
+
+using SinkList = c10::List<std::optional<Tensor>>;
+
+// The sinks a node's backward adds into: none unless this backward runs every node of the graph
+// (loss.backward()), for only then is each source's `collect` node, which hands a sink's sum on,
+// sure to run after it. A backward limited to some inputs (autograd.grad, backward(inputs=...))
+// returns d sources as usual.
+std::vector<Tensor> sinks_for_backward(AutogradContext* ctx) {
+  std::vector<Tensor> into;
+  const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
+  if (exec_info != nullptr && !exec_info->empty()) return into;
+  for (const std::optional<Tensor>& sink : ctx->saved_data["into"].to<SinkList>()) into.push_back(sink.value_or(Tensor()));
+  return into;
+}
 
 // Both nodes save a few tensors of their own (`head`), then references to the sources and their inv.
 void save_inputs(AutogradContext* ctx, variable_list head, at::TensorList sources, at::TensorList inv) {
@@ -1005,11 +1069,12 @@ variable_list input_grads(variable_list head, const std::vector<Tensor>& grad_so
 
 struct RouteFunction : public torch::autograd::Function<RouteFunction> {
   static variable_list forward(AutogradContext* ctx, const Tensor& queries, at::TensorList sources,
-                               at::TensorList inv, double eps, bool centered) {
+                               at::TensorList inv, double eps, bool centered, const SinkList& into) {
     auto [mixed, lse, weights] = route_forward(queries, sources.vec(), inv.vec(), eps);
     save_inputs(ctx, {queries, weights}, sources, inv);
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["centered"] = centered;
+    ctx->saved_data["into"] = into;
     return {mixed, lse, weights};
   }
 
@@ -1017,17 +1082,19 @@ struct RouteFunction : public torch::autograd::Function<RouteFunction> {
     const SavedInputs in = saved_inputs(ctx);
     auto [grad_q, grad_sources, grad_inv] =
         route_backward(in.head[0], in.head[1], in.sources, in.inv, maybe(grads[0]), maybe(grads[1]),
-                       maybe(grads[2]), ctx->saved_data["centered"].toBool(), ctx->saved_data["eps"].toDouble());
-    return input_grads({grad_q}, grad_sources, grad_inv, 2);  // eps, centered
+                       maybe(grads[2]), ctx->saved_data["centered"].toBool(), ctx->saved_data["eps"].toDouble(),
+                       sinks_for_backward(ctx));
+    return input_grads({grad_q}, grad_sources, grad_inv, 3);  // eps, centered, into
   }
 };
 
 struct MergeFunction : public torch::autograd::Function<MergeFunction> {
   static variable_list forward(AutogradContext* ctx, const Tensor& mixed, const Tensor& lse, const Tensor& query,
-                               at::TensorList sources, at::TensorList inv, double eps) {
+                               at::TensorList sources, at::TensorList inv, double eps, const SinkList& into) {
     auto [out, total, keep, take] = merge_forward(mixed, lse, query, sources.vec(), inv.vec(), eps);
     save_inputs(ctx, {query, out, keep, take}, sources, inv);  // never the mixture
     ctx->saved_data["eps"] = eps;
+    ctx->saved_data["into"] = into;
     ctx->saved_data["mixed_dtype"] = static_cast<int64_t>(mixed.scalar_type());
     return {out, total, keep, take};
   }
@@ -1037,32 +1104,78 @@ struct MergeFunction : public torch::autograd::Function<MergeFunction> {
     auto [grad_mixed, grad_lse, grad_q, grad_sources, grad_inv] = merge_backward(
         in.head[0], in.head[1], in.head[2], in.head[3], in.sources, in.inv, maybe(grads[0]), maybe(grads[1]),
         maybe(grads[2]), maybe(grads[3]), static_cast<ScalarType>(ctx->saved_data["mixed_dtype"].toInt()),
-        ctx->saved_data["eps"].toDouble());
+        ctx->saved_data["eps"].toDouble(), sinks_for_backward(ctx));
     return input_grads({grad_mixed.empty() ? Tensor() : grad_mixed[0], grad_lse, grad_q}, grad_sources, grad_inv,
-                       1);  // eps
+                       2);  // eps, into
+  }
+};
+
+// collect(source, sink): the source as a view whose backward hands on, once, the gradient the routing
+// nodes added into `sink` (empty until one does), plus the view's own incoming gradient, in the
+// source's dtype; it then releases the sink's memory.
+struct CollectFunction : public torch::autograd::Function<CollectFunction> {
+  static variable_list forward(AutogradContext* ctx, const Tensor& source, const Tensor& sink) {
+    ctx->saved_data["sink"] = sink;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(source.scalar_type());
+    ctx->set_materialize_grads(false);
+    return {source.view_as(source)};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    Tensor sink = ctx->saved_data["sink"].toTensor();
+    if (sink.numel() == 0) return {grads[0], Tensor()};
+    if (grads[0].defined()) sink.add_(grads[0]);
+    // detach(): a new tensor on the same memory, so that emptying the sink (whose handle the routing
+    // nodes still hold) leaves the gradient alone when no conversion copied it.
+    Tensor grad = sink.detach().to(static_cast<ScalarType>(ctx->saved_data["dtype"].toInt()));
+    sink.set_();
+    return {grad, Tensor()};
   }
 };
 
 std::tuple<Tensor, Tensor, Tensor> route_autograd(const Tensor& queries, at::TensorList sources, at::TensorList inv,
-                                                  double eps, bool centered) {
-  const variable_list out = RouteFunction::apply(queries, sources, inv, eps, centered);
+                                                  double eps, bool centered, const SinkList& into) {
+  const variable_list out = RouteFunction::apply(queries, sources, inv, eps, centered, into);
   return {out[0], out[1], out[2]};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> merge_autograd(const Tensor& mixed, const Tensor& lse, const Tensor& query,
-                                                          at::TensorList sources, at::TensorList inv, double eps) {
-  const variable_list out = MergeFunction::apply(mixed, lse, query, sources, inv, eps);
+                                                          at::TensorList sources, at::TensorList inv, double eps,
+                                                          const SinkList& into) {
+  const variable_list out = MergeFunction::apply(mixed, lse, query, sources, inv, eps, into);
   return {out[0], out[1], out[2], out[3]};
 }
 
+Tensor collect_autograd(const Tensor& source, const Tensor& sink) { return CollectFunction::apply(source, sink)[0]; }
+
 std::tuple<Tensor, Tensor, Tensor> route_plain(const Tensor& queries, at::TensorList sources, at::TensorList inv,
-                                               double eps, bool) {
+                                               double eps, bool, const SinkList&) {
   return route_forward(queries, sources.vec(), inv.vec(), eps);
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> merge_plain(const Tensor& mixed, const Tensor& lse, const Tensor& query,
-                                                       at::TensorList sources, at::TensorList inv, double eps) {
+                                                       at::TensorList sources, at::TensorList inv, double eps,
+                                                       const SinkList&) {
   return merge_forward(mixed, lse, query, sources.vec(), inv.vec(), eps);
+}
+
+Tensor collect_plain(const Tensor& source, const Tensor&) { return source.alias(); }
+
+// The backward ops (torch.compile's custom ops call them) take no sinks.
+std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward_op(
+    const Tensor& queries, const Tensor& weights, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv,
+    const std::optional<Tensor>& grad_mixed, const std::optional<Tensor>& grad_lse,
+    const std::optional<Tensor>& grad_weights, bool centered, double eps) {
+  return route_backward(queries, weights, sources, inv, grad_mixed, grad_lse, grad_weights, centered, eps);
+}
+
+std::tuple<std::vector<Tensor>, Tensor, Tensor, std::vector<Tensor>, std::vector<Tensor>> merge_backward_op(
+    const Tensor& query, const Tensor& out, const Tensor& keep, const Tensor& take, const std::vector<Tensor>& sources,
+    const std::vector<Tensor>& inv, const std::optional<Tensor>& grad_out, const std::optional<Tensor>& grad_total,
+    const std::optional<Tensor>& grad_keep, const std::optional<Tensor>& grad_take, ScalarType mixed_dtype,
+    double eps) {
+  return merge_backward(query, out, keep, take, sources, inv, grad_out, grad_total, grad_keep, grad_take, mixed_dtype,
+                        eps);
 }
 
 }  // namespace
@@ -1080,22 +1193,27 @@ TORCH_LIBRARY(attnres_fused_cpu, m) {
   m.def("merge_backward(Tensor query, Tensor out, Tensor keep, Tensor take, Tensor[] sources, Tensor[] inv, "
         "Tensor? grad_out, Tensor? grad_total, Tensor? grad_keep, Tensor? grad_take, ScalarType mixed_dtype, "
         "float eps) -> (Tensor[], Tensor, Tensor, Tensor[], Tensor[])");
-  // route_forward and merge_forward with their backward as C++ autograd nodes (eager training).
-  m.def("route(Tensor queries, Tensor[] sources, Tensor[] inv, float eps, bool centered) -> (Tensor, Tensor, Tensor)");
-  m.def("merge(Tensor mixed, Tensor lse, Tensor query, Tensor[] sources, Tensor[] inv, float eps) -> "
+  // route_forward and merge_forward with their backward as C++ autograd nodes (eager training); `into`:
+  // per source, a gradient sink made by `collect` (or None), which backward adds d source into.
+  m.def("route(Tensor queries, Tensor[] sources, Tensor[] inv, float eps, bool centered, Tensor?[] into) -> "
+        "(Tensor, Tensor, Tensor)");
+  m.def("merge(Tensor mixed, Tensor lse, Tensor query, Tensor[] sources, Tensor[] inv, float eps, Tensor?[] into) -> "
         "(Tensor, Tensor, Tensor, Tensor)");
+  m.def("collect(Tensor(a) source, Tensor sink) -> Tensor(a)");
 }
 
 TORCH_LIBRARY_IMPL(attnres_fused_cpu, CPU, m) {
   m.impl("route_forward", &route_forward);
-  m.impl("route_backward", &route_backward);
+  m.impl("route_backward", &route_backward_op);
   m.impl("merge_forward", &merge_forward);
-  m.impl("merge_backward", &merge_backward);
+  m.impl("merge_backward", &merge_backward_op);
   m.impl("route", &route_plain);  // reached only without autograd (inference-mode tensors)
   m.impl("merge", &merge_plain);
+  m.impl("collect", &collect_plain);
 }
 
 TORCH_LIBRARY_IMPL(attnres_fused_cpu, Autograd, m) {
   m.impl("route", &route_autograd);
   m.impl("merge", &merge_autograd);
+  m.impl("collect", &collect_autograd);
 }
