@@ -304,6 +304,33 @@ def test_inv_computed_in_the_kernel_saves_only_references():
     assert all(t.untyped_storage().data_ptr() in allowed or t.numel() <= weights.numel() for t in saved)
 
 
+@pytest.mark.parametrize("used", [(0, 1, 2), (1,)], ids=["every-router", "one-router"])
+@pytest.mark.parametrize("computed_inv", [False, True])
+def test_each_router_its_own_mixture(used, computed_inv):
+    """each=True: the S mixtures as tensors of their own (not views of one stacked tensor), equal to
+    the stacked result, with the same gradients also when only some routers' mixtures are used."""
+    args = inputs(3, 4, torch.float32)
+    queries, sources, inv = split(args, 4)
+    inv = None if computed_inv else inv
+    stacked, lse, weights = route_sources_fused(queries, sources, inv, eps=EPS)
+    each, lse_each, weights_each = route_sources_fused(queries, sources, inv, eps=EPS, each=True)
+    assert len(each) == 3 and not any(m._is_view() for m in each)
+    assert len({m.untyped_storage().data_ptr() for m in each}) == 3
+    for s, mixture in enumerate(each):
+        torch.testing.assert_close(mixture, stacked[s], rtol=0, atol=0)
+    torch.testing.assert_close((lse_each, weights_each), (lse, weights), rtol=0, atol=0)
+    grads = [torch.randn_like(mixture) for mixture in each]
+    expected = torch.autograd.grad(sum((stacked[s] * grads[s]).sum() for s in used) + lse.sum(), args,
+                                   allow_unused=True)
+    got = torch.autograd.grad(sum((each[s] * grads[s]).sum() for s in used) + lse_each.sum(), args,
+                              allow_unused=True)
+    for g, e in zip(got, expected):
+        if e is None:
+            assert g is None
+        else:
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
 def test_clear_errors():
     queries, sources, inv = split(inputs(1, 2, torch.float32), 2)
     with pytest.raises(ValueError, match="at least one source"):

@@ -353,7 +353,8 @@ _route_op = compiled_op("attnres::route_sources_fused", _route_op_forward,
 
 
 def route_sources_fused(queries: Tensor, sources: list[Tensor], inv: list[Tensor] | None, *,
-                        centered: bool = True, eps: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                        centered: bool = True, eps: float | None = None,
+                        each: bool = False) -> tuple[Tensor | tuple[Tensor, ...], Tensor, Tensor]:
     """lean.route_sources on CPU in one fused C++ pass: S routers over the same n sources.
 
     queries (S, D): effective queries w * g; sources: n CPU tensors (B, T, D), fp32 / float64 /
@@ -364,10 +365,22 @@ def route_sources_fused(queries: Tensor, sources: list[Tensor], inv: list[Tensor
     sources' promoted dtype, lse (S, B, T) and weights (S, B, T, n) in fp32 (float64 for float64
     sources). Backward keeps the weights and references to the inputs. Non-contiguous inputs are
     read through contiguous copies. Builds the extension on first use if it is not built.
+    each=True: mixed comes as S tensors (B, T, D), in eager training each its own allocation, so that
+    a router's input holds no other router's memory and its gradient reaches the kernel unstacked.
     """
     sources, inv = list(sources), [] if inv is None else list(inv)
     if not inv and eps is None:
         raise ValueError("route_sources_fused needs inv, or eps to compute it")
+    if each and torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        eps = 0.0 if eps is None else float(eps)
+        if any(t.requires_grad for t in (queries, *sources, *inv)):
+            route = _ops().route_each
+            mixed, lse, weights = _call(lambda: route(queries, sources, inv, eps, centered, _sinks(sources)),
+                                        lambda: _check(queries, sources, inv))
+            return tuple(mixed), lse, weights
+    if each:
+        mixed, lse, weights = route_sources_fused(queries, sources, inv, centered=centered, eps=eps)
+        return mixed.unbind(), lse, weights
     eps = 0.0 if eps is None else float(eps)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (queries, *sources, *inv))
     if torch.compiler.is_compiling():

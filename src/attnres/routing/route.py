@@ -88,25 +88,24 @@ def _note_lean_fallback() -> None:
 
 
 def route_fast(queries: Tensor, sources: list[Tensor], inv: list[Tensor] | None, impl: str,
-               eps: float | None = None) -> tuple[Tensor, Tensor, Tensor]:
+               eps: float | None = None, each: bool = False) -> tuple[Tensor | tuple[Tensor, ...], Tensor, Tensor]:
     """S routers over n shared sources with a fast implementation ("lean", "triton" or "fused").
 
     queries (S, D) effective queries; sources n x (B, T, D); inv n x (B, T) from `inv_rms`, or None
     with `eps`: then computed here, by "fused" inside its kernel (in the pass that reads the sources
-    anyway, its gradient folded into d sources). Returns mixed (S, B, T, D), lse (S, B, T),
+    anyway, its gradient folded into d sources). Returns mixed (S, B, T, D) (with `each`, S tensors
+    (B, T, D): "fused" then gives each router a tensor of its own in eager training), lse (S, B, T),
     weights (S, B, T, n).
     """
+    if impl == "fused":
+        return route_sources_fused(queries, list(sources), None if inv is None else list(inv), eps=eps, each=each)
     if inv is None:
         if eps is None:
             raise ValueError("route_fast needs inv, or eps to compute it")
-        if impl == "fused":
-            return route_sources_fused(queries, list(sources), None, eps=eps)
         inv = [inv_rms(v, eps) for v in sources]
-    if impl == "triton":
-        return route_sources_triton(queries, list(sources), list(inv))
-    if impl == "fused":
-        return route_sources_fused(queries, list(sources), list(inv))
-    return route_sources(queries, list(sources), list(inv))
+    route = route_sources_triton if impl == "triton" else route_sources
+    mixed, lse, weights = route(queries, list(sources), list(inv))
+    return (mixed.unbind() if each else mixed), lse, weights
 
 
 __all__ = ["IMPLS", "resolve_impl", "route_fast"]

@@ -78,11 +78,13 @@ def route_group(first: int, queries: Tensor, sources: list[Tensor], inv: list[Te
     """Phase 1: the S routers first .. first + S - 1, with effective queries (S, D), over n shared
     sources (B, T, D) whose inverse RMS (B, T) are `inv` (or None with `eps`: computed, by "fused"
     in its kernel), in one call of implementation `impl`."""
-    mixed, lse, weights = route_fast(queries, sources, inv, impl, eps=eps)
-    # Unbound, not indexed: each select's backward would zero-fill a whole (S, B, T, D) gradient and
-    # autograd would add the S of them (a fifth of Block AttnRes's overhead); unbind's stacks them once.
+    # One mixture per router, not indexed from a stacked one: each select's backward would zero-fill a
+    # whole (S, B, T, D) gradient and autograd would add the S of them (a fifth of Block AttnRes's
+    # overhead). "fused" gives each its own tensor, whose gradient reaches the kernel as it is; the
+    # others unbind, whose backward stacks the S gradients once.
+    mixed, lse, weights = route_fast(queries, sources, inv, impl, eps=eps, each=True)
     return GroupRouting(first, tuple(RoutedPrefix(*parts, len(sources))
-                                     for parts in zip(queries.unbind(), mixed.unbind(), lse.unbind(), weights.unbind())))
+                                     for parts in zip(queries.unbind(), mixed, lse.unbind(), weights.unbind())))
 
 
 # ---------------------------------------------------------------- phase 2: one op for all later sources
@@ -217,9 +219,11 @@ def merge_remaining(prefix: RoutedPrefix, sources: list[Tensor], eps: float, inv
     of completed ones); the missing ones are computed, by the kernel itself in its pass for "fused"."""
     later = list(sources[prefix.num_sources:])
     if not later:
-        # The prefix's mixture is a view of its whole group's phase-1 result; whatever saves it for
-        # backward (the next sub-layer's norm) would keep all S of them alive, so it gets its own copy.
-        return replace(prefix, mixed=prefix.mixed.clone()) if torch.is_grad_enabled() else prefix
+        # A mixture that is a view of its whole group's phase-1 result (always so when compiling):
+        # whatever saves it for backward (the next sub-layer's norm) would keep all S of them alive,
+        # so it gets its own copy.
+        shared = torch.compiler.is_compiling() or prefix.mixed._is_view()
+        return replace(prefix, mixed=prefix.mixed.clone()) if torch.is_grad_enabled() and shared else prefix
     known = list(inv[prefix.num_sources:]) if inv is not None else []
     # None: merge_sources computes them all (the fused kernel in the pass that reads the rows anyway).
     later_inv = known + [inv_rms(v, eps) for v in later[len(known):]] if known else None

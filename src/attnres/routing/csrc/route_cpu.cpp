@@ -494,16 +494,17 @@ void finish_inv_grads(std::vector<Tensor>& grad_inv, const std::vector<Tensor>& 
 
 // ------------------------------------------------------------------------------------- forward
 
+// mixed_out[s]: router s's (tokens, D) mixture of dtype out_type (one stacked tensor's slices, or
+// one tensor per router).
 template <typename A>
-void forward_kernel(const Inputs& src, Tensor& mixed, Tensor& lse, Tensor& weights) {
+void forward_kernel(const Inputs& src, const std::vector<char*>& mixed_out, ScalarType out_type, Tensor& lse,
+                    Tensor& weights) {
   const int64_t S = src.S, D = src.D, n = src.n, tokens = src.tokens;
   const std::vector<const A*> inv = inv_rows<A>(src);
   const A* q = src.queries.data_ptr<A>();
   A* lse_out = lse.data_ptr<A>();
   A* w_out = weights.data_ptr<A>();
-  char* mixed_out = static_cast<char*>(mixed.data_ptr());
-  const ScalarType out_type = mixed.scalar_type();
-  const int64_t out_elem = mixed.element_size();
+  const int64_t out_elem = c10::elementSize(out_type);
   const bool direct_out = out_type == scalar_type_of<A>();
   const bool staged = !all_of_type(src, scalar_type_of<A>());
   const int64_t tile = tile_tokens(src, sizeof(A));
@@ -546,25 +547,56 @@ void forward_kernel(const Inputs& src, Tensor& mixed, Tensor& lse, Tensor& weigh
       // Pass 2: the mixture, from the cached rows; each output row accumulated in registers, written once.
       for (int64_t t = 0; t < count; ++t) {
         for (int64_t s = 0; s < S; ++s) {
-          const int64_t st = s * tokens + t0 + t;
-          A* out = direct_out ? reinterpret_cast<A*>(mixed_out) + st * D : acc.data();
+          char* row = mixed_out[s] + (t0 + t) * D * out_elem;
+          A* out = direct_out ? reinterpret_cast<A*>(row) : acc.data();
           weighted_sum<A>(logit.data() + (t * S + s) * n, rows.data(), t * D, n, D, out);
-          if (!direct_out) store_as<A>(acc.data(), out_type, D, mixed_out + st * D * out_elem);
+          if (!direct_out) store_as<A>(acc.data(), out_type, D, row);
         }
       }
     }
   });
 }
 
+// Router s's slice of a stacked (S, rows, D) tensor, as a pointer.
+std::vector<char*> slices(const Tensor& stacked, int64_t S) {
+  std::vector<char*> out;
+  const int64_t bytes = S == 0 ? 0 : stacked.numel() / S * stacked.element_size();
+  for (int64_t s = 0; s < S; ++s) out.push_back(static_cast<char*>(stacked.data_ptr()) + s * bytes);
+  return out;
+}
+
+// lse (S, ...) and weights (S, ..., n) in the compute dtype, to fill.
+std::pair<Tensor, Tensor> alloc_stats(const Inputs& in) {
+  auto options = in.queries.options();
+  return {at::empty(result_shape(in, std::nullopt), options), at::empty(result_shape(in, in.n), options)};
+}
+
 // mixed (S, ..., D) in the sources' promoted dtype, lse (S, ...) and weights (S, ..., n) in the compute dtype.
 std::tuple<Tensor, Tensor, Tensor> route_forward(const Tensor& queries, const std::vector<Tensor>& sources,
                                                  const std::vector<Tensor>& inv, double eps) {
   const Inputs in = prepare(queries, sources, inv, eps);
-  auto options = in.queries.options();
-  Tensor mixed = at::empty(result_shape(in, in.D), options.dtype(in.out_type));
-  Tensor lse = at::empty(result_shape(in, std::nullopt), options);
-  Tensor weights = at::empty(result_shape(in, in.n), options);
-  with_compute(in.compute, [&](auto zero) { forward_kernel<decltype(zero)>(in, mixed, lse, weights); });
+  Tensor mixed = at::empty(result_shape(in, in.D), in.queries.options().dtype(in.out_type));
+  auto [lse, weights] = alloc_stats(in);
+  with_compute(in.compute, [&](auto zero) {
+    forward_kernel<decltype(zero)>(in, slices(mixed, in.S), in.out_type, lse, weights);
+  });
+  return {mixed, lse, weights};
+}
+
+// route_forward with each router's mixture a tensor of its own, shaped like a source: a router's
+// input then holds no other router's memory, and its gradient comes back alone (no stacking).
+std::tuple<std::vector<Tensor>, Tensor, Tensor> route_forward_each(const Tensor& queries,
+                                                                   const std::vector<Tensor>& sources,
+                                                                   const std::vector<Tensor>& inv, double eps) {
+  const Inputs in = prepare(queries, sources, inv, eps);
+  std::vector<Tensor> mixed;
+  std::vector<char*> rows;
+  for (int64_t s = 0; s < in.S; ++s) {
+    mixed.push_back(at::empty(in.sources[0].sizes(), in.queries.options().dtype(in.out_type)));
+    rows.push_back(static_cast<char*>(mixed.back().data_ptr()));
+  }
+  auto [lse, weights] = alloc_stats(in);
+  with_compute(in.compute, [&](auto zero) { forward_kernel<decltype(zero)>(in, rows, in.out_type, lse, weights); });
   return {mixed, lse, weights};
 }
 
@@ -577,11 +609,12 @@ struct RowArray {
   int64_t elem = 0;
   RowArray() = default;
   explicit RowArray(const Tensor& t) : data(t.data_ptr()), type(t.scalar_type()), elem(t.element_size()) {}
+  RowArray(const void* first, ScalarType dtype) : data(first), type(dtype), elem(c10::elementSize(dtype)) {}
 };
 
 template <typename A>
 struct Upstream {  // the incoming gradients; null pointers for the absent ones
-  RowArray mixed;
+  std::vector<RowArray> mixed;  // per router, its (tokens, D) rows; empty when absent
   const A* lse = nullptr;
   const A* weights = nullptr;
 };
@@ -594,7 +627,8 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
   const A* q = src.queries.data_ptr<A>();
   const ScalarType self = scalar_type_of<A>();
   const bool staged = !all_of_type(src, self);
-  const bool has_g = up.mixed.data != nullptr, stage_g = has_g && up.mixed.type != self;
+  const bool has_g = !up.mixed.empty();
+  const bool stage_g = std::any_of(up.mixed.begin(), up.mixed.end(), [self](const RowArray& g) { return g.type != self; });
   const int64_t tile = tile_tokens(src, sizeof(A));
   const int64_t num_tiles = (tokens + tile - 1) / tile;
   std::vector<char*> dsrc(n);
@@ -624,7 +658,7 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
         tile_rows<A>(src, t0, count, tile, stage, rows);
         tile_inv<A>(src, inv, rows, t0, count, rt.data());
         for (int64_t s = 0; s < S && has_g; ++s)
-          g_rows[s] = rows_as<A>(up.mixed.data, up.mixed.type, up.mixed.elem, s * tokens + t0, count, D,
+          g_rows[s] = rows_as<A>(up.mixed[s].data, up.mixed[s].type, up.mixed[s].elem, t0, count, D,
                                  g_stage.data() + s * tile * D);
         // Pass 1: recompute <q_s, v_i> and <g_s, v_i> (the pass that reads the rows from memory).
         for (int64_t i = 0; i < n; ++i)
@@ -715,14 +749,30 @@ std::optional<Tensor> rows_arg(const std::optional<Tensor>& t, int64_t numel, co
 
 // (d queries (S, D) in the queries' dtype, d sources each in its source's dtype and shape, d inv each
 // in its inv's dtype and shape). weights: forward's output; any of the upstream gradients may be absent.
+// grad_mixed: absent, one stacked (S, ..., D) gradient, or one per router (an absent one is zero).
+struct MixedGrads {
+  std::optional<Tensor> stacked;
+  std::vector<Tensor> each;
+};
+
 std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward(
     const Tensor& queries, const Tensor& weights, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv,
-    const std::optional<Tensor>& grad_mixed, const std::optional<Tensor>& grad_lse,
+    const MixedGrads& grad_mixed, const std::optional<Tensor>& grad_lse,
     const std::optional<Tensor>& grad_weights, bool centered, double eps, const std::vector<Tensor>& into = {}) {
   const Inputs in = prepare(queries, sources, inv, eps);
   const int64_t per_token = in.S * in.tokens;
   const Tensor alpha = scalars(weights, per_token * in.n, in.compute, "weights");
-  const std::optional<Tensor> g_mixed = rows_arg(grad_mixed, per_token * in.D, "grad_mixed");
+  // Each router's gradient rows: slices of the stacked one, or the routers' own (contiguous; zeros
+  // for an absent one beside present ones).
+  const std::optional<Tensor> g_mixed = rows_arg(grad_mixed.stacked, per_token * in.D, "grad_mixed");
+  std::vector<Tensor> g_each;
+  const bool any_each = std::any_of(grad_mixed.each.begin(), grad_mixed.each.end(),
+                                    [](const Tensor& g) { return g.defined(); });
+  for (int64_t s = 0; any_each && s < in.S; ++s) {
+    const Tensor& g = grad_mixed.each[s];
+    g_each.push_back(g.defined() ? *rows_arg(g, in.tokens * in.D, "grad_mixed")
+                                 : at::zeros(in.sources[0].sizes(), in.queries.options()));
+  }
   std::optional<Tensor> g_lse, g_weights;
   if (grad_lse.has_value()) g_lse = scalars(*grad_lse, per_token, in.compute, "grad_lse");
   if (grad_weights.has_value()) g_weights = scalars(*grad_weights, per_token * in.n, in.compute, "grad_weights");
@@ -734,7 +784,9 @@ std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward(
     const Sinks<A> sinks(in, into);
     alloc_source_grads<A>(in, grad_sources, grad_inv, sinks);
     Upstream<A> up;
-    if (g_mixed) up.mixed = RowArray(*g_mixed);
+    if (g_mixed)
+      for (char* first : slices(*g_mixed, in.S)) up.mixed.emplace_back(first, g_mixed->scalar_type());
+    for (const Tensor& g : g_each) up.mixed.emplace_back(g);
     if (g_lse) up.lse = g_lse->data_ptr<A>();
     if (g_weights) up.weights = g_weights->data_ptr<A>();
     backward_kernel<A>(in, alpha.data_ptr<A>(), up, centered, sinks, grad_sources, grad_inv, grad_queries);
@@ -1067,24 +1119,45 @@ variable_list input_grads(variable_list head, const std::vector<Tensor>& grad_so
   return head;
 }
 
+// Outputs: (mixed, lse, weights), or with `each` (route_each) the S routers' mixtures, then lse, weights.
 struct RouteFunction : public torch::autograd::Function<RouteFunction> {
   static variable_list forward(AutogradContext* ctx, const Tensor& queries, at::TensorList sources,
-                               at::TensorList inv, double eps, bool centered, const SinkList& into) {
-    auto [mixed, lse, weights] = route_forward(queries, sources.vec(), inv.vec(), eps);
+                               at::TensorList inv, double eps, bool centered, const SinkList& into, bool each) {
+    variable_list out;
+    Tensor weights;
+    if (each) {
+      auto [mixed, lse, w] = route_forward_each(queries, sources.vec(), inv.vec(), eps);
+      out = mixed;
+      out.push_back(lse);
+      weights = w;
+    } else {
+      auto [mixed, lse, w] = route_forward(queries, sources.vec(), inv.vec(), eps);
+      out = {mixed, lse};
+      weights = w;
+    }
+    out.push_back(weights);
     save_inputs(ctx, {queries, weights}, sources, inv);
     ctx->saved_data["eps"] = eps;
     ctx->saved_data["centered"] = centered;
     ctx->saved_data["into"] = into;
-    return {mixed, lse, weights};
+    ctx->saved_data["each"] = each;
+    return out;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const SavedInputs in = saved_inputs(ctx);
+    MixedGrads grad_mixed;
+    const size_t stats = grads.size() - 2;  // lse's and weights' gradients come last
+    if (ctx->saved_data["each"].toBool()) {
+      grad_mixed.each.assign(grads.begin(), grads.begin() + stats);
+    } else {
+      grad_mixed.stacked = maybe(grads[0]);
+    }
     auto [grad_q, grad_sources, grad_inv] =
-        route_backward(in.head[0], in.head[1], in.sources, in.inv, maybe(grads[0]), maybe(grads[1]),
-                       maybe(grads[2]), ctx->saved_data["centered"].toBool(), ctx->saved_data["eps"].toDouble(),
-                       sinks_for_backward(ctx));
-    return input_grads({grad_q}, grad_sources, grad_inv, 3);  // eps, centered, into
+        route_backward(in.head[0], in.head[1], in.sources, in.inv, grad_mixed, maybe(grads[stats]),
+                       maybe(grads[stats + 1]), ctx->saved_data["centered"].toBool(),
+                       ctx->saved_data["eps"].toDouble(), sinks_for_backward(ctx));
+    return input_grads({grad_q}, grad_sources, grad_inv, 4);  // eps, centered, into, each
   }
 };
 
@@ -1135,8 +1208,15 @@ struct CollectFunction : public torch::autograd::Function<CollectFunction> {
 
 std::tuple<Tensor, Tensor, Tensor> route_autograd(const Tensor& queries, at::TensorList sources, at::TensorList inv,
                                                   double eps, bool centered, const SinkList& into) {
-  const variable_list out = RouteFunction::apply(queries, sources, inv, eps, centered, into);
+  const variable_list out = RouteFunction::apply(queries, sources, inv, eps, centered, into, false);
   return {out[0], out[1], out[2]};
+}
+
+std::tuple<std::vector<Tensor>, Tensor, Tensor> route_each_autograd(const Tensor& queries, at::TensorList sources,
+                                                                    at::TensorList inv, double eps, bool centered,
+                                                                    const SinkList& into) {
+  const variable_list out = RouteFunction::apply(queries, sources, inv, eps, centered, into, true);
+  return {variable_list(out.begin(), out.end() - 2), out[out.size() - 2], out.back()};
 }
 
 std::tuple<Tensor, Tensor, Tensor, Tensor> merge_autograd(const Tensor& mixed, const Tensor& lse, const Tensor& query,
@@ -1153,6 +1233,12 @@ std::tuple<Tensor, Tensor, Tensor> route_plain(const Tensor& queries, at::Tensor
   return route_forward(queries, sources.vec(), inv.vec(), eps);
 }
 
+std::tuple<std::vector<Tensor>, Tensor, Tensor> route_each_plain(const Tensor& queries, at::TensorList sources,
+                                                                 at::TensorList inv, double eps, bool,
+                                                                 const SinkList&) {
+  return route_forward_each(queries, sources.vec(), inv.vec(), eps);
+}
+
 std::tuple<Tensor, Tensor, Tensor, Tensor> merge_plain(const Tensor& mixed, const Tensor& lse, const Tensor& query,
                                                        at::TensorList sources, at::TensorList inv, double eps,
                                                        const SinkList&) {
@@ -1166,7 +1252,7 @@ std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward_op(
     const Tensor& queries, const Tensor& weights, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv,
     const std::optional<Tensor>& grad_mixed, const std::optional<Tensor>& grad_lse,
     const std::optional<Tensor>& grad_weights, bool centered, double eps) {
-  return route_backward(queries, weights, sources, inv, grad_mixed, grad_lse, grad_weights, centered, eps);
+  return route_backward(queries, weights, sources, inv, {grad_mixed, {}}, grad_lse, grad_weights, centered, eps);
 }
 
 std::tuple<std::vector<Tensor>, Tensor, Tensor, std::vector<Tensor>, std::vector<Tensor>> merge_backward_op(
@@ -1200,6 +1286,9 @@ TORCH_LIBRARY(attnres_fused_cpu, m) {
   m.def("merge(Tensor mixed, Tensor lse, Tensor query, Tensor[] sources, Tensor[] inv, float eps, Tensor?[] into) -> "
         "(Tensor, Tensor, Tensor, Tensor)");
   m.def("collect(Tensor(a) source, Tensor sink) -> Tensor(a)");
+  // route with each router's mixture a tensor of its own (two-phase routing's phase 1 in eager training).
+  m.def("route_each(Tensor queries, Tensor[] sources, Tensor[] inv, float eps, bool centered, Tensor?[] into) -> "
+        "(Tensor[], Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(attnres_fused_cpu, CPU, m) {
@@ -1210,10 +1299,12 @@ TORCH_LIBRARY_IMPL(attnres_fused_cpu, CPU, m) {
   m.impl("route", &route_plain);  // reached only without autograd (inference-mode tensors)
   m.impl("merge", &merge_plain);
   m.impl("collect", &collect_plain);
+  m.impl("route_each", &route_each_plain);
 }
 
 TORCH_LIBRARY_IMPL(attnres_fused_cpu, Autograd, m) {
   m.impl("route", &route_autograd);
   m.impl("merge", &merge_autograd);
   m.impl("collect", &collect_autograd);
+  m.impl("route_each", &route_each_autograd);
 }
