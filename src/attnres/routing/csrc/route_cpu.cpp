@@ -293,9 +293,11 @@ void source_grad(int64_t S_, const A* a, const A* c, const A* const* g_rows, int
         o0 += as * S::load(gs);
         o1 += as * S::load(gs + W);
       }
-      A* d = dq + s * width + k;
-      S::store(d, S::load(d) + cs * v0);
-      S::store(d + W, S::load(d + W) + cs * v1);
+      if (dq) {
+        A* d = dq + s * width + k;
+        S::store(d, S::load(d) + cs * v0);
+        S::store(d + W, S::load(d + W) + cs * v1);
+      }
     }
     S::store(out + k, o0);
     S::store(out + k + W, o1);
@@ -304,9 +306,49 @@ void source_grad(int64_t S_, const A* a, const A* c, const A* const* g_rows, int
     A o = self_coef * v[k] + (accumulate ? out[k] : A(0));
     for (int64_t s = 0; s < S_; ++s) {
       o += c[s] * q[s * width + k] + (g_rows ? a[s] * g_rows[s][g_offset + k] : A(0));
-      dq[s * width + k] += c[s] * v[k];
+      if (dq) dq[s * width + k] += c[s] * v[k];
     }
     out[k] = o;
+  }
+}
+
+// dq[0:width] += sum over t < count, i < n of c[t * c_stride + i] * rows[i][t * width + 0:width]: one
+// router's d query from a tile, a chunk of dq kept in registers over all the tile's (token, source)
+// rows, so dq is read and written once per tile rather than once per row.
+template <typename A>
+void query_grad(int64_t count, int64_t n, const A* c, int64_t c_stride, const A* const* rows, int64_t width,
+                A* dq) {
+  using S = Simd<A>;
+  constexpr int64_t W = S::W;
+  int64_t k = 0;
+  for (; k + 4 * W <= width; k += 4 * W) {
+    typename S::V o0 = S::load(dq + k), o1 = S::load(dq + k + W), o2 = S::load(dq + k + 2 * W),
+                  o3 = S::load(dq + k + 3 * W);
+    for (int64_t t = 0; t < count; ++t)
+      for (int64_t i = 0; i < n; ++i) {
+        const typename S::V cs = S::splat(c[t * c_stride + i]);
+        const A* r = rows[i] + t * width + k;
+        o0 += cs * S::load(r);
+        o1 += cs * S::load(r + W);
+        o2 += cs * S::load(r + 2 * W);
+        o3 += cs * S::load(r + 3 * W);
+      }
+    S::store(dq + k, o0);
+    S::store(dq + k + W, o1);
+    S::store(dq + k + 2 * W, o2);
+    S::store(dq + k + 3 * W, o3);
+  }
+  for (; k + W <= width; k += W) {
+    typename S::V o0 = S::load(dq + k);
+    for (int64_t t = 0; t < count; ++t)
+      for (int64_t i = 0; i < n; ++i) o0 += S::splat(c[t * c_stride + i]) * S::load(rows[i] + t * width + k);
+    S::store(dq + k, o0);
+  }
+  for (; k < width; ++k) {
+    A o = dq[k];
+    for (int64_t t = 0; t < count; ++t)
+      for (int64_t i = 0; i < n; ++i) o += c[t * c_stride + i] * rows[i][t * width + k];
+    dq[k] = o;
   }
 }
 
@@ -702,7 +744,7 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
           if (!src.own_inv)
             for (int64_t i = 0; i < n; ++i) dinv[i][tok] = dr[i];
         }
-        // Pass 2: d v_i = sum_s (alpha g_s + coef q_s), and d q_s += coef v_i, from the cached rows.
+        // Pass 2: d v_i = sum_s (alpha g_s + coef q_s), then d q_s += coef v_i, from the cached rows.
         // With inv computed here, d v_i also gets d inv * d inv / d v = d inv * (-inv^3 / D) v_i.
         for (int64_t i = 0; i < n; ++i) {
           A* sink = sinks.rows[i];
@@ -717,10 +759,11 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
             const A r = rt[t * n + i];
             const A self_coef = src.own_inv ? -drt[t * n + i] * r * r * r / static_cast<A>(D) : A(0);
             source_grad<A>(S, a_st.data(), c_st.data(), has_g ? g_rows.data() : nullptr, t * D, q, rows[i] + t * D,
-                           D, self_coef, out, dq, sink && sinks.add[i]);
+                           D, self_coef, out, nullptr, sink && sinks.add[i]);
             if (!direct) store_as<A>(dv.data(), src.type[i], D, dsrc[i] + tok * D * src.elem[i]);
           }
         }
+        for (int64_t s = 0; s < S; ++s) query_grad<A>(count, n, coef.data() + s * n, S * n, rows.data(), D, dq + s * D);
       }
     }
   });
@@ -959,7 +1002,7 @@ void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep
   at::parallel_for(0, groups, 1, [&](int64_t group_begin, int64_t group_end) {
     std::vector<A> stage(staged ? n * tile * D : 0), g_stage(stage_g ? tile * D : 0), o_stage(stage_o ? tile * D : 0);
     std::vector<const A*> rows(n);
-    std::vector<A> rt(tile * n), qv(n), gv(n), dl(n);
+    std::vector<A> rt(tile * n), qv(n), gv(n), dl(n), cq(tile * n);  // cq (t, i): d l_i inv_i, v_i's weight in d q
     std::vector<RowSink<A>> sinks;
     for (int64_t i = 0; i < n; ++i) {
       if (into.rows[i]) {
@@ -993,13 +1036,14 @@ void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep
           const A g_out = has_g ? dot<A>(gt, o + t * D, D) : A(0);
           grad_lse[tok] = merge_logit_grads<A>(n, keep[tok], tk, has_g, g_out, gv.data(), up, tok, dl.data());
           // d v_i = d l_i inv_i q + take_i g (+ with inv computed here, d inv_i * (-inv_i^3 / D) v_i);
-          // d q += d l_i inv_i v_i.
+          // d q += d l_i inv_i v_i: summed over the tile after the loop (query_grad).
           for (int64_t i = 0; i < n; ++i) {
             const A r = rt[t * n + i], c = dl[i] * r, d_inv = dl[i] * qv[i];
+            cq[t * n + i] = c;
             if (!src.own_inv) dinv[i][tok] = d_inv;
             const A self_coef = src.own_inv ? -d_inv * r * r * r / static_cast<A>(D) : A(0);
             source_grad<A>(1, tk + i, &c, has_g ? &gt : nullptr, 0, q, rows[i] + t * D, D, self_coef,
-                           sinks[i].row(tok), dq, into.add[i]);
+                           sinks[i].row(tok), nullptr, into.add[i]);
             sinks[i].done(tok);
           }
           if (mixed_sink) {
@@ -1010,6 +1054,7 @@ void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep
             mixed_sink->done(tok);
           }
         }
+        query_grad<A>(count, n, cq.data(), n, rows.data(), D, dq);  // d q += sum over the tile of d l_i inv_i v_i
       }
     }
   });
