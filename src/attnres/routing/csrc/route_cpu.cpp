@@ -233,34 +233,47 @@ inline void dot2(const A* a, const A* b, const A* v, int64_t count, A& av, A& bv
 
 // out[0:count] = sum_i w[i] * rows[i][offset + 0:count]: a chunk of 4 vectors of `out` stays in
 // registers while all n rows are added into it, so `out` is written once and never re-read.
+// With tokens > 1 the sum runs over tokens t too, w[t * w_stride + i] weighting rows[i][offset +
+// t * row_stride + ...]; with accumulate, out's own values are the starting point.
 template <typename A>
-void weighted_sum(const A* w, const A* const* rows, int64_t offset, int64_t n, int64_t count, A* out) {
+void weighted_sum(const A* w, const A* const* rows, int64_t offset, int64_t n, int64_t count, A* out,
+                  int64_t tokens = 1, int64_t w_stride = 0, int64_t row_stride = 0, bool accumulate = false) {
   using S = Simd<A>;
   constexpr int64_t W = S::W;
   int64_t k = 0;
   for (; k + 4 * W <= count; k += 4 * W) {
     typename S::V o0{}, o1{}, o2{}, o3{};
-    for (int64_t i = 0; i < n; ++i) {
-      const A* r = rows[i] + offset + k;
-      const typename S::V wi = S::splat(w[i]);
-      o0 += wi * S::load(r);
-      o1 += wi * S::load(r + W);
-      o2 += wi * S::load(r + 2 * W);
-      o3 += wi * S::load(r + 3 * W);
+    if (accumulate) {
+      o0 = S::load(out + k);
+      o1 = S::load(out + k + W);
+      o2 = S::load(out + k + 2 * W);
+      o3 = S::load(out + k + 3 * W);
     }
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t i = 0; i < n; ++i) {
+        const A* r = rows[i] + offset + t * row_stride + k;
+        const typename S::V wi = S::splat(w[t * w_stride + i]);
+        o0 += wi * S::load(r);
+        o1 += wi * S::load(r + W);
+        o2 += wi * S::load(r + 2 * W);
+        o3 += wi * S::load(r + 3 * W);
+      }
     S::store(out + k, o0);
     S::store(out + k + W, o1);
     S::store(out + k + 2 * W, o2);
     S::store(out + k + 3 * W, o3);
   }
   for (; k + W <= count; k += W) {
-    typename S::V o0{};
-    for (int64_t i = 0; i < n; ++i) o0 += S::splat(w[i]) * S::load(rows[i] + offset + k);
+    typename S::V o0 = accumulate ? S::load(out + k) : typename S::V{};
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t i = 0; i < n; ++i)
+        o0 += S::splat(w[t * w_stride + i]) * S::load(rows[i] + offset + t * row_stride + k);
     S::store(out + k, o0);
   }
   for (; k < count; ++k) {
-    A o = 0;
-    for (int64_t i = 0; i < n; ++i) o += w[i] * rows[i][offset + k];
+    A o = accumulate ? out[k] : A(0);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t i = 0; i < n; ++i) o += w[t * w_stride + i] * rows[i][offset + t * row_stride + k];
     out[k] = o;
   }
 }
@@ -309,46 +322,6 @@ void source_grad(int64_t S_, const A* a, const A* c, const A* const* g_rows, int
       if (dq) dq[s * width + k] += c[s] * v[k];
     }
     out[k] = o;
-  }
-}
-
-// dq[0:width] += sum over t < count, i < n of c[t * c_stride + i] * rows[i][t * width + 0:width]: one
-// router's d query from a tile, a chunk of dq kept in registers over all the tile's (token, source)
-// rows, so dq is read and written once per tile rather than once per row.
-template <typename A>
-void query_grad(int64_t count, int64_t n, const A* c, int64_t c_stride, const A* const* rows, int64_t width,
-                A* dq) {
-  using S = Simd<A>;
-  constexpr int64_t W = S::W;
-  int64_t k = 0;
-  for (; k + 4 * W <= width; k += 4 * W) {
-    typename S::V o0 = S::load(dq + k), o1 = S::load(dq + k + W), o2 = S::load(dq + k + 2 * W),
-                  o3 = S::load(dq + k + 3 * W);
-    for (int64_t t = 0; t < count; ++t)
-      for (int64_t i = 0; i < n; ++i) {
-        const typename S::V cs = S::splat(c[t * c_stride + i]);
-        const A* r = rows[i] + t * width + k;
-        o0 += cs * S::load(r);
-        o1 += cs * S::load(r + W);
-        o2 += cs * S::load(r + 2 * W);
-        o3 += cs * S::load(r + 3 * W);
-      }
-    S::store(dq + k, o0);
-    S::store(dq + k + W, o1);
-    S::store(dq + k + 2 * W, o2);
-    S::store(dq + k + 3 * W, o3);
-  }
-  for (; k + W <= width; k += W) {
-    typename S::V o0 = S::load(dq + k);
-    for (int64_t t = 0; t < count; ++t)
-      for (int64_t i = 0; i < n; ++i) o0 += S::splat(c[t * c_stride + i]) * S::load(rows[i] + t * width + k);
-    S::store(dq + k, o0);
-  }
-  for (; k < width; ++k) {
-    A o = dq[k];
-    for (int64_t t = 0; t < count; ++t)
-      for (int64_t i = 0; i < n; ++i) o += c[t * c_stride + i] * rows[i][t * width + k];
-    dq[k] = o;
   }
 }
 
@@ -763,7 +736,9 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
             if (!direct) store_as<A>(dv.data(), src.type[i], D, dsrc[i] + tok * D * src.elem[i]);
           }
         }
-        for (int64_t s = 0; s < S; ++s) query_grad<A>(count, n, coef.data() + s * n, S * n, rows.data(), D, dq + s * D);
+        // d q_s += sum over the tile's (token, source) rows of coef v_i, d q_s read and written once per tile.
+        for (int64_t s = 0; s < S; ++s)
+          weighted_sum<A>(coef.data() + s * n, rows.data(), 0, n, D, dq + s * D, count, S * n, D, true);
       }
     }
   });
@@ -1036,7 +1011,7 @@ void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep
           const A g_out = has_g ? dot<A>(gt, o + t * D, D) : A(0);
           grad_lse[tok] = merge_logit_grads<A>(n, keep[tok], tk, has_g, g_out, gv.data(), up, tok, dl.data());
           // d v_i = d l_i inv_i q + take_i g (+ with inv computed here, d inv_i * (-inv_i^3 / D) v_i);
-          // d q += d l_i inv_i v_i: summed over the tile after the loop (query_grad).
+          // d q += d l_i inv_i v_i: summed over the tile after the loop.
           for (int64_t i = 0; i < n; ++i) {
             const A r = rt[t * n + i], c = dl[i] * r, d_inv = dl[i] * qv[i];
             cq[t * n + i] = c;
@@ -1054,7 +1029,7 @@ void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep
             mixed_sink->done(tok);
           }
         }
-        query_grad<A>(count, n, cq.data(), n, rows.data(), D, dq);  // d q += sum over the tile of d l_i inv_i v_i
+        weighted_sum<A>(cq.data(), rows.data(), 0, n, D, dq, count, n, D, true);  // d q += the tile's d l_i inv_i v_i
       }
     }
   });
