@@ -71,8 +71,8 @@ from attnres.common.toolchain import extension_compiler, missing
 from attnres.routing.fast_op import compiled_op
 from attnres.routing.lean import compute_dtype
 
-__all__ = ["build_extension", "collect_source", "extension_path", "find_compiler", "fused_available", "how_to_build",
-           "merge_sources_fused", "route_sources_fused", "unavailable_reason"]
+__all__ = ["build_extension", "collect_source", "extension_path", "find_compiler", "fused_available",
+           "how_to_build", "merge_sources_fused", "route_sources_fused", "unavailable_reason"]
 
 SOURCE = Path(__file__).with_name("csrc") / "route_cpu.cpp"
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno")  # no errno checks, so the loops vectorise
@@ -371,28 +371,21 @@ def route_sources_fused(queries: Tensor, sources: list[Tensor], inv: list[Tensor
     sources, inv = list(sources), [] if inv is None else list(inv)
     if not inv and eps is None:
         raise ValueError("route_sources_fused needs inv, or eps to compute it")
-    if each and torch.is_grad_enabled() and not torch.compiler.is_compiling():
-        eps = 0.0 if eps is None else float(eps)
-        if any(t.requires_grad for t in (queries, *sources, *inv)):
-            route = _ops().route_each
-            mixed, lse, weights = _call(lambda: route(queries, sources, inv, eps, centered, _sinks(sources)),
-                                        lambda: _check(queries, sources, inv))
-            return tuple(mixed), lse, weights
-    if each:
-        mixed, lse, weights = route_sources_fused(queries, sources, inv, centered=centered, eps=eps)
-        return mixed.unbind(), lse, weights
     eps = 0.0 if eps is None else float(eps)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (queries, *sources, *inv))
     if torch.compiler.is_compiling():
         _check(queries, sources, inv)
-        if not needs_grad:
-            return _ops().route_forward(queries, sources, inv, eps)
-        return _route_op(queries, sources, inv, centered, eps)
-    if not needs_grad:
-        return _route_forward(queries, sources, inv, eps)
-    route = _ops().route  # forward and backward in C++ (the kernel's autograd node)
-    into = _sinks(sources)
-    return _call(lambda: route(queries, sources, inv, eps, centered, into), lambda: _check(queries, sources, inv))
+        result = _ops().route_forward(queries, sources, inv, eps) if not needs_grad else \
+            _route_op(queries, sources, inv, centered, eps)
+    elif not needs_grad:
+        result = _route_forward(queries, sources, inv, eps)
+    else:  # forward and backward in C++ (the kernel's autograd node), each router's mixture its own with `each`
+        route = _ops().route_each if each else _ops().route
+        mixed, lse, weights = _call(lambda: route(queries, sources, inv, eps, centered, _sinks(sources)),
+                                    lambda: _check(queries, sources, inv))
+        return (tuple(mixed) if each else mixed), lse, weights
+    mixed, lse, weights = result
+    return (mixed.unbind() if each else mixed), lse, weights
 
 
 

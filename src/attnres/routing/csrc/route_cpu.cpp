@@ -643,7 +643,8 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
   const ScalarType self = scalar_type_of<A>();
   const bool staged = !all_of_type(src, self);
   const bool has_g = !up.mixed.empty();
-  const bool stage_g = std::any_of(up.mixed.begin(), up.mixed.end(), [self](const RowArray& g) { return g.type != self; });
+  const bool stage_g =
+      std::any_of(up.mixed.begin(), up.mixed.end(), [self](const RowArray& g) { return g.type != self; });
   const int64_t tile = tile_tokens(src, sizeof(A));
   const int64_t num_tiles = (tokens + tile - 1) / tile;
   std::vector<char*> dsrc(n);
@@ -1102,7 +1103,8 @@ std::vector<Tensor> sinks_for_backward(AutogradContext* ctx) {
   std::vector<Tensor> into;
   const auto* exec_info = torch::autograd::get_current_graph_task_exec_info();
   if (exec_info != nullptr && !exec_info->empty()) return into;
-  for (const std::optional<Tensor>& sink : ctx->saved_data["into"].to<SinkList>()) into.push_back(sink.value_or(Tensor()));
+  for (const std::optional<Tensor>& sink : ctx->saved_data["into"].to<SinkList>())
+    into.push_back(sink.value_or(Tensor()));
   return into;
 }
 
