@@ -280,11 +280,11 @@ void weighted_sum(const A* w, const A* const* rows, int64_t offset, int64_t n, i
 
 // Backward's pass 2 for one (source, token): out = sum_s (a[s] g_s + c[s] q_s) (the g term only
 // when g_rows is given) + self_coef v, added to what out holds when `accumulate` (a gradient sink),
-// and dq_s += c[s] v, for rows of `width`; q and dq are (S, width). A chunk of `out` stays in
-// registers across the S routers.
+// for rows of `width`; q is (S, width). A chunk of `out` stays in registers across the S routers.
+// (d q_s, the sum of c[s] v over rows, is added per tile by weighted_sum.)
 template <typename A>
 void source_grad(int64_t S_, const A* a, const A* c, const A* const* g_rows, int64_t g_offset, const A* q,
-                 const A* v, int64_t width, A self_coef, A* out, A* dq, bool accumulate = false) {
+                 const A* v, int64_t width, A self_coef, A* out, bool accumulate) {
   using S = Simd<A>;
   constexpr int64_t W = S::W;
   int64_t k = 0;
@@ -306,11 +306,6 @@ void source_grad(int64_t S_, const A* a, const A* c, const A* const* g_rows, int
         o0 += as * S::load(gs);
         o1 += as * S::load(gs + W);
       }
-      if (dq) {
-        A* d = dq + s * width + k;
-        S::store(d, S::load(d) + cs * v0);
-        S::store(d + W, S::load(d + W) + cs * v1);
-      }
     }
     S::store(out + k, o0);
     S::store(out + k + W, o1);
@@ -319,7 +314,6 @@ void source_grad(int64_t S_, const A* a, const A* c, const A* const* g_rows, int
     A o = self_coef * v[k] + (accumulate ? out[k] : A(0));
     for (int64_t s = 0; s < S_; ++s) {
       o += c[s] * q[s * width + k] + (g_rows ? a[s] * g_rows[s][g_offset + k] : A(0));
-      if (dq) dq[s * width + k] += c[s] * v[k];
     }
     out[k] = o;
   }
@@ -472,7 +466,6 @@ template <typename A>
 struct Sinks {
   std::vector<A*> rows;
   std::vector<char> add;
-  bool any = false;
   Sinks(const Inputs& in, const std::vector<Tensor>& into) : rows(in.n, nullptr), add(in.n, 0) {
     if (!in.own_inv) return;
     for (int64_t i = 0; i < std::min<int64_t>(in.n, into.size()); ++i) {
@@ -486,7 +479,6 @@ struct Sinks {
         add[i] = 1;
       }
       rows[i] = sink.data_ptr<A>();
-      any = true;
     }
   }
 };
@@ -733,7 +725,7 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
             const A r = rt[t * n + i];
             const A self_coef = src.own_inv ? -drt[t * n + i] * r * r * r / static_cast<A>(D) : A(0);
             source_grad<A>(S, a_st.data(), c_st.data(), has_g ? g_rows.data() : nullptr, t * D, q, rows[i] + t * D,
-                           D, self_coef, out, nullptr, sink && sinks.add[i]);
+                           D, self_coef, out, sink && sinks.add[i]);
             if (!direct) store_as<A>(dv.data(), src.type[i], D, dsrc[i] + tok * D * src.elem[i]);
           }
         }
@@ -766,13 +758,15 @@ std::optional<Tensor> rows_arg(const std::optional<Tensor>& t, int64_t numel, co
   return t->contiguous();
 }
 
-// (d queries (S, D) in the queries' dtype, d sources each in its source's dtype and shape, d inv each
-// in its inv's dtype and shape). weights: forward's output; any of the upstream gradients may be absent.
-// grad_mixed: absent, one stacked (S, ..., D) gradient, or one per router (an absent one is zero).
+// route_backward's grad_mixed: absent, one stacked (S, ..., D) gradient, or one per router (an absent
+// one is zero).
 struct MixedGrads {
   std::optional<Tensor> stacked;
   std::vector<Tensor> each;
 };
+
+// (d queries (S, D) in the queries' dtype, d sources each in its source's dtype and shape, d inv each
+// in its inv's dtype and shape). weights: forward's output; any of the upstream gradients may be absent.
 
 std::tuple<Tensor, std::vector<Tensor>, std::vector<Tensor>> route_backward(
     const Tensor& queries, const Tensor& weights, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv,
@@ -1019,7 +1013,7 @@ void merge_backward_kernel(const Inputs& src, const RowArray& out, const A* keep
             if (!src.own_inv) dinv[i][tok] = d_inv;
             const A self_coef = src.own_inv ? -d_inv * r * r * r / static_cast<A>(D) : A(0);
             source_grad<A>(1, tk + i, &c, has_g ? &gt : nullptr, 0, q, rows[i] + t * D, D, self_coef,
-                           sinks[i].row(tok), nullptr, into.add[i]);
+                           sinks[i].row(tok), into.add[i]);
             sinks[i].done(tok);
           }
           if (mixed_sink) {
