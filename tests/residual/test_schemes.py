@@ -56,3 +56,18 @@ def test_a_stream_mixers_sources_are_its_streams():
     assert torch.equal(built.join_sources(split), streams)
     sources = [torch.randn(2, 3, 8) for _ in range(3)]
     assert scheme("full_attnres").join_sources(scheme("full_attnres").split_sources(sources)) == sources
+
+
+def test_a_bf16_output_enters_the_stream_and_its_block_sum_converted_once():
+    """Delta Block adds each sub-layer output to the stream and to its block sum, both fp32 under
+    autocast. The output is converted once, so its gradient is the two fp32 gradients summed and
+    then rounded once to bf16, not each rounded and the two added in bf16."""
+    built = scheme("delta_block")
+    torch.manual_seed(0)
+    state = built.start(torch.randn(2, 3, 8))
+    delta = torch.randn(2, 3, 8).to(torch.bfloat16).requires_grad_()
+    built.after(0, state, delta)
+    assert state.stream.dtype == state.partial.dtype == torch.float32
+    g_stream, g_partial = torch.randn(2, 3, 8), torch.randn(2, 3, 8)
+    torch.autograd.backward([state.stream, state.partial], [g_stream, g_partial])
+    assert torch.equal(delta.grad, (g_stream + g_partial).to(torch.bfloat16))

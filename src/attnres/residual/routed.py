@@ -110,6 +110,10 @@ class RoutedScheme(ResidualScheme):
 
     def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
         """Advance the stream (where kept) and the block sums."""
+        if state.stream is not None and self.policy.block_size > 1 and delta.dtype != state.stream.dtype:
+            # Both sums take a bf16 delta in fp32: convert it once rather than in each add (and add
+            # its two gradients in fp32 before the one conversion back).
+            delta = delta.to(state.stream.dtype)
         if state.stream is not None:
             state.stream = state.stream + delta
         if state.partial is None:

@@ -10,7 +10,8 @@
 // rows are read from memory once, for the logits; the mixture (and, in backward, d queries) reads
 // them again from cache. Each (router, token) output row is accumulated in registers (a chunk of
 // vectors over all n sources) and written once, so no (S, tokens, D) accumulator goes through
-// memory once per source. With no inv given, each row's inverse RMS is computed in the same pass. bf16/fp16 sources are
+// memory once per source; up to 4 routers share each chunk of a row loaded (`dots`, `combine`).
+// With no inv given, each row's inverse RMS is computed in the same pass. bf16/fp16 sources are
 // converted a tile at a time into a per-thread buffer, never into full-size fp32 copies.
 //
 // Phase 2 of two-phase routing (merging one router's result with later sources, `merge_forward` /
@@ -177,33 +178,7 @@ inline A dot(const A* a, const A* b, int64_t count) {
   return sum;
 }
 
-// <q, r + j * stride> for j < 4 (four consecutive rows of one source): each chunk of q is loaded
-// once for four rows, and the eight running sums hide the FMA latency.
-template <typename A>
-inline void dot_rows4(const A* q, const A* r, int64_t stride, int64_t count, A* out) {
-  using S = Simd<A>;
-  constexpr int64_t W = S::W;
-  typename S::V s[4][2] = {};
-  int64_t k = 0;
-  for (; k + 2 * W <= count; k += 2 * W) {
-    const typename S::V q0 = S::load(q + k), q1 = S::load(q + k + W);
-    for (int j = 0; j < 4; ++j) {
-      s[j][0] += q0 * S::load(r + j * stride + k);
-      s[j][1] += q1 * S::load(r + j * stride + k + W);
-    }
-  }
-  for (; k + W <= count; k += W) {
-    const typename S::V q0 = S::load(q + k);
-    for (int j = 0; j < 4; ++j) s[j][0] += q0 * S::load(r + j * stride + k);
-  }
-  for (int j = 0; j < 4; ++j) {
-    A sum = S::sum(s[j][0] + s[j][1]);
-    for (int64_t m = k; m < count; ++m) sum += q[m] * r[j * stride + m];
-    out[j] = sum;
-  }
-}
-
-// <a, v> and <b, v> in one sweep over v (backward's <q, v_i> and <g, v_i>).
+// <a, v> and <b, v> in one sweep over v (merge backward's <q, v_i> and <g, v_i>).
 template <typename A>
 inline void dot2(const A* a, const A* b, const A* v, int64_t count, A& av, A& bv) {
   using S = Simd<A>;
@@ -275,6 +250,128 @@ void weighted_sum(const A* w, const A* const* rows, int64_t offset, int64_t n, i
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t i = 0; i < n; ++i) o += w[t * w_stride + i] * rows[i][offset + t * row_stride + k];
     out[k] = o;
+  }
+}
+
+// Register blocks over routers. Routing is a small matrix product per token (S queries by n source
+// rows of D), and with one dot product or one output row at a time every FMA loaded a row chunk
+// from L2. A block of up to 4 x 4 dot products (or 4 output rows) loads each chunk of a row once
+// and uses it up to 4 times from registers.
+
+// out[x * ldo + y] = <a[x], b[y]> for x < MA, y < NB: one chunk of each row per step.
+template <typename A, int MA, int NB>
+inline void dots_block(const A* const* a, const A* const* b, int64_t width, A* out, int64_t ldo) {
+  using S = Simd<A>;
+  constexpr int64_t W = S::W;
+  typename S::V acc[MA][NB] = {};
+  int64_t k = 0;
+  for (; k + W <= width; k += W) {
+    typename S::V bv[NB];
+    for (int y = 0; y < NB; ++y) bv[y] = S::load(b[y] + k);
+    for (int x = 0; x < MA; ++x) {
+      const typename S::V av = S::load(a[x] + k);
+      for (int y = 0; y < NB; ++y) acc[x][y] += av * bv[y];
+    }
+  }
+  for (int x = 0; x < MA; ++x)
+    for (int y = 0; y < NB; ++y) {
+      A sum = S::sum(acc[x][y]);
+      for (int64_t m = k; m < width; ++m) sum += a[x][m] * b[y][m];
+      out[x * ldo + y] = sum;
+    }
+}
+
+template <typename A, int MA>
+inline void dots_row(int64_t nb, const A* const* a, const A* const* b, int64_t width, A* out, int64_t ldo) {
+  int64_t y = 0;
+  for (; y + 4 <= nb; y += 4) dots_block<A, MA, 4>(a, b + y, width, out + y, ldo);
+  switch (nb - y) {
+    case 3: dots_block<A, MA, 3>(a, b + y, width, out + y, ldo); break;
+    case 2: dots_block<A, MA, 2>(a, b + y, width, out + y, ldo); break;
+    case 1: dots_block<A, MA, 1>(a, b + y, width, out + y, ldo); break;
+    default: break;
+  }
+}
+
+// out[x * ldo + y] = <a[x], b[y]> for x < ma, y < nb, rows of `width`.
+template <typename A>
+void dots(int64_t ma, const A* const* a, int64_t nb, const A* const* b, int64_t width, A* out, int64_t ldo) {
+  int64_t x = 0;
+  for (; x + 4 <= ma; x += 4) dots_row<A, 4>(nb, a + x, b, width, out + x * ldo, ldo);
+  switch (ma - x) {
+    case 3: dots_row<A, 3>(nb, a + x, b, width, out + x * ldo, ldo); break;
+    case 2: dots_row<A, 2>(nb, a + x, b, width, out + x * ldo, ldo); break;
+    case 1: dots_row<A, 1>(nb, a + x, b, width, out + x * ldo, ldo); break;
+    default: break;
+  }
+}
+
+// What `combine` starts each output row x from: zero, plus e[x] * rows[x] where rows is given, plus
+// the output's own values where add[x].
+template <typename A>
+struct RowStart {
+  const A* const* rows = nullptr;
+  const A* e = nullptr;
+  const char* add = nullptr;
+};
+
+// Outputs x < MB, NV vectors of each at k: the weighted sum over nr input rows, in input order.
+template <typename A, int MB, int NV>
+inline void combine_chunk(int64_t k, int64_t nr, const A* w, int64_t ldw, const A* const* rows, A* const* out,
+                          const RowStart<A>& start) {
+  using S = Simd<A>;
+  constexpr int64_t W = S::W;
+  typename S::V acc[MB][NV];
+  for (int x = 0; x < MB; ++x)
+    for (int v = 0; v < NV; ++v) {
+      acc[x][v] = start.rows ? S::splat(start.e[x]) * S::load(start.rows[x] + k + v * W) : typename S::V{};
+      if (start.add && start.add[x]) acc[x][v] += S::load(out[x] + k + v * W);
+    }
+  for (int64_t j = 0; j < nr; ++j) {
+    typename S::V r[NV];
+    for (int v = 0; v < NV; ++v) r[v] = S::load(rows[j] + k + v * W);
+    for (int x = 0; x < MB; ++x) {
+      const typename S::V wx = S::splat(w[x * ldw + j]);
+      for (int v = 0; v < NV; ++v) acc[x][v] += wx * r[v];
+    }
+  }
+  for (int x = 0; x < MB; ++x)
+    for (int v = 0; v < NV; ++v) S::store(out[x] + k + v * W, acc[x][v]);
+}
+
+template <typename A, int MB>
+inline void combine_block(int64_t nr, const A* w, int64_t ldw, const A* const* rows, int64_t width, A* const* out,
+                          const RowStart<A>& start) {
+  constexpr int64_t W = Simd<A>::W;
+  constexpr int NV = std::max(1, (kVectorBytes == 64 ? 16 : 8) / MB);  // accumulators: half the registers
+  int64_t k = 0;
+  for (; k + NV * W <= width; k += NV * W) combine_chunk<A, MB, NV>(k, nr, w, ldw, rows, out, start);
+  for (; k + W <= width; k += W) combine_chunk<A, MB, 1>(k, nr, w, ldw, rows, out, start);
+  for (; k < width; ++k)
+    for (int x = 0; x < MB; ++x) {
+      A o = (start.rows ? start.e[x] * start.rows[x][k] : A(0)) + (start.add && start.add[x] ? out[x][k] : A(0));
+      for (int64_t j = 0; j < nr; ++j) o += w[x * ldw + j] * rows[j][k];
+      out[x][k] = o;
+    }
+}
+
+// out[x][0:width] = start_x + sum_j w[x * ldw + j] * rows[j][0:width] for x < m (see RowStart).
+template <typename A>
+void combine(int64_t m, int64_t nr, const A* w, int64_t ldw, const A* const* rows, int64_t width, A* const* out,
+             RowStart<A> start = {}) {
+  int64_t x = 0;
+  auto shifted = [&](int64_t by) {
+    RowStart<A> s = start;
+    if (s.rows) s.rows += by, s.e += by;
+    if (s.add) s.add += by;
+    return s;
+  };
+  for (; x + 4 <= m; x += 4) combine_block<A, 4>(nr, w + x * ldw, ldw, rows, width, out + x, shifted(x));
+  switch (m - x) {
+    case 3: combine_block<A, 3>(nr, w + x * ldw, ldw, rows, width, out + x, shifted(x)); break;
+    case 2: combine_block<A, 2>(nr, w + x * ldw, ldw, rows, width, out + x, shifted(x)); break;
+    case 1: combine_block<A, 1>(nr, w + x * ldw, ldw, rows, width, out + x, shifted(x)); break;
+    default: break;
   }
 }
 
@@ -466,6 +563,7 @@ template <typename A>
 struct Sinks {
   std::vector<A*> rows;
   std::vector<char> add;
+  bool aliased = false;  // two entries share a sink (a source listed twice)
   Sinks(const Inputs& in, const std::vector<Tensor>& into) : rows(in.n, nullptr), add(in.n, 0) {
     if (!in.own_inv) return;
     for (int64_t i = 0; i < std::min<int64_t>(in.n, into.size()); ++i) {
@@ -479,6 +577,7 @@ struct Sinks {
         add[i] = 1;
       }
       rows[i] = sink.data_ptr<A>();
+      aliased = aliased || std::find(rows.begin(), rows.begin() + i, rows[i]) != rows.begin() + i;
     }
   }
 };
@@ -517,26 +616,28 @@ void forward_kernel(const Inputs& src, const std::vector<char*>& mixed_out, Scal
   const int64_t tile = tile_tokens(src, sizeof(A));
   const int64_t num_tiles = (tokens + tile - 1) / tile;
 
+  std::vector<const A*> q_rows(S);
+  for (int64_t s = 0; s < S; ++s) q_rows[s] = q + s * D;
+
   at::parallel_for(0, num_tiles, 1, [&](int64_t begin, int64_t end) {
     std::vector<A> stage(staged ? n * tile * D : 0);
-    std::vector<const A*> rows(n);
+    std::vector<const A*> rows(n), token_rows(n);  // token_rows: one token's row of each source
     std::vector<A> logit(tile * S * n);  // (t, s, i), then the weights in place
     std::vector<A> rt(tile * n);         // (t, i): the tile's inv
-    std::vector<A> acc(direct_out ? 0 : D);
+    std::vector<A> acc(direct_out ? 0 : S * D);
+    std::vector<A*> out_rows(S);
     for (int64_t b = begin; b < end; ++b) {
       const int64_t t0 = b * tile, count = std::min(tile, tokens - t0);
       tile_rows<A>(src, t0, count, tile, stage, rows);
       tile_inv<A>(src, inv, rows, t0, count, rt.data());
       // Pass 1: logits. This is the pass that brings the tile's rows into cache.
-      for (int64_t i = 0; i < n; ++i)
-        for (int64_t s = 0; s < S; ++s) {
-          int64_t t = 0;
-          for (A d4[4]; t + 4 <= count; t += 4) {
-            dot_rows4<A>(q + s * D, rows[i] + t * D, D, D, d4);
-            for (int j = 0; j < 4; ++j) logit[((t + j) * S + s) * n + i] = rt[(t + j) * n + i] * d4[j];
-          }
-          for (; t < count; ++t) logit[(t * S + s) * n + i] = rt[t * n + i] * dot<A>(q + s * D, rows[i] + t * D, D);
-        }
+      for (int64_t t = 0; t < count; ++t) {
+        for (int64_t i = 0; i < n; ++i) token_rows[i] = rows[i] + t * D;
+        A* l = logit.data() + t * S * n;
+        dots<A>(S, q_rows.data(), n, token_rows.data(), D, l, n);
+        for (int64_t s = 0; s < S; ++s)
+          for (int64_t i = 0; i < n; ++i) l[s * n + i] *= rt[t * n + i];
+      }
       // Softmax over the n sources of each (token, router): per-token scalars.
       for (int64_t t = 0; t < count; ++t)
         for (int64_t s = 0; s < S; ++s) {
@@ -551,14 +652,14 @@ void forward_kernel(const Inputs& src, const std::vector<char*>& mixed_out, Scal
           lse_out[st] = shift + std::log(total);
           for (int64_t i = 0; i < n; ++i) w_out[st * n + i] = (l[i] /= total);
         }
-      // Pass 2: the mixture, from the cached rows; each output row accumulated in registers, written once.
+      // Pass 2: the mixtures, from the cached rows; each output row accumulated in registers, written once.
       for (int64_t t = 0; t < count; ++t) {
-        for (int64_t s = 0; s < S; ++s) {
-          char* row = mixed_out[s] + (t0 + t) * D * out_elem;
-          A* out = direct_out ? reinterpret_cast<A*>(row) : acc.data();
-          weighted_sum<A>(logit.data() + (t * S + s) * n, rows.data(), t * D, n, D, out);
-          if (!direct_out) store_as<A>(acc.data(), out_type, D, row);
-        }
+        for (int64_t i = 0; i < n; ++i) token_rows[i] = rows[i] + t * D;
+        for (int64_t s = 0; s < S; ++s)
+          out_rows[s] = direct_out ? reinterpret_cast<A*>(mixed_out[s] + (t0 + t) * D * out_elem) : acc.data() + s * D;
+        combine<A>(S, n, logit.data() + t * S * n, n, token_rows.data(), D, out_rows.data());
+        for (int64_t s = 0; s < S && !direct_out; ++s)
+          store_as<A>(acc.data() + s * D, out_type, D, mixed_out[s] + (t0 + t) * D * out_elem);
       }
     }
   });
@@ -650,16 +751,26 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
   const int64_t groups = std::max<int64_t>(1, std::min<int64_t>(num_tiles, at::get_num_threads()));
   std::vector<A> partial(groups * S * D, A(0));
 
+  std::vector<const A*> q_rows(S);
+  for (int64_t s = 0; s < S; ++s) q_rows[s] = q + s * D;
+  const int64_t inputs = has_g ? 2 * S : S;  // pass 2's rows per token: q_s (and g_s) for each router
+
   at::parallel_for(0, groups, 1, [&](int64_t group_begin, int64_t group_end) {
     std::vector<A> stage(staged ? n * tile * D : 0);
-    std::vector<const A*> rows(n);
+    std::vector<const A*> rows(n), token_rows(n), tile_rows_ti(tile * n);  // tile_rows_ti[t * n + i]: v_i[t]
     std::vector<A> g_stage(stage_g ? S * tile * D : 0);
-    std::vector<const A*> g_rows(S);  // g_rows[s]: the tile's (count, D) rows of grad_mixed[s]
-    std::vector<A> qv(tile * S * n), gv(has_g ? tile * S * n : 0), coef(tile * S * n), dv(D);
-    std::vector<A> a_st(S), c_st(S);  // one (source, token)'s alpha and coef for each router
+    std::vector<const A*> g_rows(S), g_token(S);  // g_rows[s]: the tile's (count, D) rows of grad_mixed[s]
+    std::vector<A> qv(tile * S * n), gv(has_g ? tile * S * n : 0), coef(tile * S * n);
     std::vector<A> rt(tile * n), drt(tile * n);  // (t, i): the tile's inv and d inv
+    std::vector<A> w_in(n * inputs), self_coef(n), dv_stage(n * D), w_dq(S * tile * n);
+    std::vector<const A*> in_rows(inputs);
+    std::vector<A*> out_rows(n), dq_rows(S);
+    std::vector<char> add(n), add_all(S, 1);
+    for (int64_t i = 0; i < n; ++i) add[i] = sinks.rows[i] && sinks.add[i];
+    for (int64_t s = 0; s < S; ++s) in_rows[has_g ? 2 * s : s] = q_rows[s];
     for (int64_t group = group_begin; group < group_end; ++group) {
       A* dq = partial.data() + group * S * D;
+      for (int64_t s = 0; s < S; ++s) dq_rows[s] = dq + s * D;
       const int64_t tile_begin = group * num_tiles / groups, tile_end = (group + 1) * num_tiles / groups;
       for (int64_t b = tile_begin; b < tile_end; ++b) {
         const int64_t t0 = b * tile, count = std::min(tile, tokens - t0);
@@ -669,18 +780,13 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
           g_rows[s] = rows_as<A>(up.mixed[s].data, up.mixed[s].type, up.mixed[s].elem, t0, count, D,
                                  g_stage.data() + s * tile * D);
         // Pass 1: recompute <q_s, v_i> and <g_s, v_i> (the pass that reads the rows from memory).
-        for (int64_t i = 0; i < n; ++i)
-          for (int64_t t = 0; t < count; ++t) {
-            const A* v = rows[i] + t * D;
-            for (int64_t s = 0; s < S; ++s) {
-              const int64_t k = (t * S + s) * n + i;
-              if (has_g) {
-                dot2<A>(q + s * D, g_rows[s] + t * D, v, D, qv[k], gv[k]);
-              } else {
-                qv[k] = dot<A>(q + s * D, v, D);
-              }
-            }
-          }
+        for (int64_t t = 0; t < count; ++t) {
+          for (int64_t i = 0; i < n; ++i) token_rows[i] = tile_rows_ti[t * n + i] = rows[i] + t * D;
+          dots<A>(S, q_rows.data(), n, token_rows.data(), D, qv.data() + t * S * n, n);
+          if (!has_g) continue;
+          for (int64_t s = 0; s < S; ++s) g_token[s] = g_rows[s] + t * D;
+          dots<A>(S, g_token.data(), n, token_rows.data(), D, gv.data() + t * S * n, n);
+        }
         // Per-token scalars: d logits, d inv, and coef = d logit * inv (the weight of q_s in d v_i
         // and of v_i in d q_s).
         for (int64_t t = 0; t < count; ++t) {
@@ -710,28 +816,47 @@ void backward_kernel(const Inputs& src, const A* alpha, const Upstream<A>& up, b
           if (!src.own_inv)
             for (int64_t i = 0; i < n; ++i) dinv[i][tok] = dr[i];
         }
-        // Pass 2: d v_i = sum_s (alpha g_s + coef q_s), then d q_s += coef v_i, from the cached rows.
-        // With inv computed here, d v_i also gets d inv * d inv / d v = d inv * (-inv^3 / D) v_i.
-        for (int64_t i = 0; i < n; ++i) {
-          A* sink = sinks.rows[i];
-          const bool direct = sink || src.type[i] == self;
-          for (int64_t t = 0; t < count; ++t) {
-            const int64_t tok = t0 + t;
+        // Pass 2: d v_i = sum_s (coef q_s + alpha g_s), from the cached rows, all n sources of a token
+        // at once. With inv computed here, d v_i also gets d inv * d inv / d v = d inv * (-inv^3 / D) v_i.
+        for (int64_t t = 0; t < count; ++t) {
+          const int64_t tok = t0 + t;
+          for (int64_t s = 0; s < S && has_g; ++s) in_rows[2 * s + 1] = g_rows[s] + t * D;
+          for (int64_t i = 0; i < n; ++i) {
+            A* w = w_in.data() + i * inputs;
             for (int64_t s = 0; s < S; ++s) {
-              a_st[s] = alpha[(s * tokens + tok) * n + i];
-              c_st[s] = coef[(t * S + s) * n + i];
+              const A c = coef[(t * S + s) * n + i];
+              if (has_g) {
+                w[2 * s] = c;
+                w[2 * s + 1] = alpha[(s * tokens + tok) * n + i];
+              } else {
+                w[s] = c;
+              }
             }
-            A* out = sink ? sink + tok * D : direct ? reinterpret_cast<A*>(dsrc[i]) + tok * D : dv.data();
             const A r = rt[t * n + i];
-            const A self_coef = src.own_inv ? -drt[t * n + i] * r * r * r / static_cast<A>(D) : A(0);
-            source_grad<A>(S, a_st.data(), c_st.data(), has_g ? g_rows.data() : nullptr, t * D, q, rows[i] + t * D,
-                           D, self_coef, out, sink && sinks.add[i]);
-            if (!direct) store_as<A>(dv.data(), src.type[i], D, dsrc[i] + tok * D * src.elem[i]);
+            self_coef[i] = src.own_inv ? -drt[t * n + i] * r * r * r / static_cast<A>(D) : A(0);
+            A* sink = sinks.rows[i];
+            out_rows[i] = sink ? sink + tok * D
+                          : src.type[i] == self ? reinterpret_cast<A*>(dsrc[i]) + tok * D
+                                                : dv_stage.data() + i * D;
           }
+          const RowStart<A> start{src.own_inv ? tile_rows_ti.data() + t * n : nullptr, self_coef.data(), add.data()};
+          if (!sinks.aliased) {
+            combine<A>(n, inputs, w_in.data(), inputs, in_rows.data(), D, out_rows.data(), start);
+          } else {  // a source listed twice shares one sink: its entries add in turn
+            for (int64_t i = 0; i < n; ++i)
+              combine<A>(1, inputs, w_in.data() + i * inputs, inputs, in_rows.data(), D, out_rows.data() + i,
+                         RowStart<A>{start.rows ? start.rows + i : nullptr, start.e + i, start.add + i});
+          }
+          for (int64_t i = 0; i < n; ++i)
+            if (!sinks.rows[i] && src.type[i] != self)
+              store_as<A>(dv_stage.data() + i * D, src.type[i], D, dsrc[i] + tok * D * src.elem[i]);
         }
         // d q_s += sum over the tile's (token, source) rows of coef v_i, d q_s read and written once per tile.
         for (int64_t s = 0; s < S; ++s)
-          weighted_sum<A>(coef.data() + s * n, rows.data(), 0, n, D, dq + s * D, count, S * n, D, true);
+          for (int64_t t = 0; t < count; ++t)
+            for (int64_t i = 0; i < n; ++i) w_dq[s * count * n + t * n + i] = coef[(t * S + s) * n + i];
+        combine<A>(S, count * n, w_dq.data(), count * n, tile_rows_ti.data(), D, dq_rows.data(),
+                   RowStart<A>{nullptr, nullptr, add_all.data()});
       }
     }
   });
