@@ -86,3 +86,41 @@ def depth_sweep(ctx) -> str:
     return "\n\n".join([table(header, rows),
                         f"*{config['sweep_hidden']} wide, sequences of {config['sweep_seq_len']}, multiples of standard "
                         f"at the same depth.*", provenance(bench, ctx.source(DEPTH), code_path=code_path(bench))])
+
+
+WIDTHS = (BF16, "bench-bf16-d512/bench.json", "bench-bf16-d1024/bench.json")
+PROFILE = "step-profile/bf16.json"
+KERNELS = ("route forward", "route backward", "merge forward", "merge backward", "collect")
+
+
+def width_costs(ctx) -> str:
+    """The AttnRes variants' bf16 training step against standard's at each width of the same depth."""
+    runs = [ctx.results.json(path) for path in WIDTHS]
+    names = list(dict.fromkeys(n for bench in runs[1:] for n in ratios(bench) if n != "standard"))
+    rows = [[name] + [x(ratios(bench).get(name, {}).get("train_step")) for bench in runs] for name in names]
+    rows.append(["standard's step"] + [f"{b['models']['variants']['standard']['train_step_s']['median_s'] * 1e3:.0f} ms"
+                                       for b in runs])
+    m = runs[-1]["models"]
+    header = ["variant"] + [f"{b['models']['hidden_size']} wide" for b in runs]
+    lines = [table(header, rows),
+             f"*bf16 training step as a multiple of `standard`'s in the same run: {m['num_layers']} layers, batch "
+             f"{m['batch_size']} x {m['seq_len']}, {runs[-1]['config']['repeats']} interleaved rounds.*"]
+    lines += [provenance(bench, ctx.source(path), code_path=code_path(bench)) for bench, path in zip(runs, WIDTHS)]
+    return "\n\n".join(lines)
+
+
+def step_profile(ctx) -> str:
+    """Per routed variant, a profiled bf16 step's time beyond standard's: the routing kernels by kind and the rest."""
+    prof = ctx.results.json(PROFILE)
+    rows = []
+    for name, row in prof["variants"].items():
+        kernels = row["routing_kernels_ms"]
+        rows.append([name, x(row["x_standard"]), f"+{row['extra_ms']:.0f}"]
+                    + [f"{kernels[k]:.1f}" if k in kernels else "-" for k in KERNELS] + [f"{row['rest_ms']:+.0f}"])
+    shape = prof["shape"]
+    header = ["variant", "step", "beyond standard, ms"] + [f"{k}, ms" for k in KERNELS] + ["the rest, ms"]
+    return "\n\n".join([table(header, rows),
+                        f"*Profiled self time per step ({shape['num_layers']} layers x {shape['hidden_size']} wide, batch "
+                        f"{shape['batch_size']} x {shape['seq_len']}, mean of {prof['repeats']} interleaved rounds); "
+                        f"standard's took {prof['standard_step_ms']:.0f} ms.*",
+                        provenance(prof, ctx.source(PROFILE))])

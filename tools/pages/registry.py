@@ -24,6 +24,8 @@ BLOCKS = {
     "bench-costs": costs.bench_costs,
     "routing-impls": costs.routing_impls,
     "depth-sweep": costs.depth_sweep,
+    "width-costs": costs.width_costs,
+    "step-profile": costs.step_profile,
     "ablation-table": ablation.ablation_table,
     "ablation-vs-full": ablation.ablation_vs_full,
     "ablation-causal": ablation.ablation_causal,

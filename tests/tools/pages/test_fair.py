@@ -134,13 +134,13 @@ def test_one_rate_for_all_is_set_beside_each_its_own(ctx_of, tmp_path):
 
 
 def test_a_dear_winner_comes_with_the_best_variant_at_a_cheap_step(ctx_of):
-    rows = others([-0.10, -0.12, -0.09, -0.11], [-0.11, -0.10, -0.12, -0.10])
+    rows = others([-0.10, -0.12, -0.09, -0.11], [-0.09, -0.10, -0.08, -0.09])
     rows.append(variant("hyper_connections", "hyper_connections", [-0.30, -0.31, -0.29, -0.30]))
     text = recommendation.recommendation_text(ctx_of(rows))
     assert text.startswith("**Use hyper-connections** (`residual: hyper_connections`): it has the lowest test loss")
     assert ("At most 1.2x standard's training step in fp32 and bf16, Block AttnRes has the lowest test loss "
             "(-0.105 ± ") in text
-    # Full AttnRes's step is 1.21x in bf16 (results/bench-bf16): not cheap, so not named beside Block
+    # Block leads every cheap variant (Full AttnRes by 0.015 on every seed), whatever the recorded costs
     assert "against standard), ahead of the others by a paired 95 % interval." in text
 
 
