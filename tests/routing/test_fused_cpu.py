@@ -13,7 +13,8 @@ import torch
 
 from attnres.routing import inv_rms, resolve_impl, route_fast, route_reference, route_sources
 from attnres.routing.fused_cpu import _merge_backward as _fused_merge_backward
-from attnres.routing.fused_cpu import extension_path, fused_available, merge_sources_fused, route_sources_fused
+from attnres.routing.fused_cpu import (extension_path, fused_available, merge_sources_fused, route_sources_fused,
+                                       route_sources_fused_split)
 from attnres.routing.lean import _inv_rms_backward
 from attnres.routing.two_phase import _merge_backward, _merge_forward
 from attnres.routing.two_phase import _MergeSources as _PythonMerge
@@ -329,6 +330,30 @@ def test_inv_computed_in_the_kernel_saves_only_references():
         _, _, weights = route_sources_fused(queries, sources, None, eps=EPS)
     allowed = {t.untyped_storage().data_ptr() for t in (queries, *sources)}
     assert all(t.untyped_storage().data_ptr() in allowed or t.numel() <= weights.numel() for t in saved)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("computed_inv", [False, True])
+def test_split_results_are_the_stacked_ones_in_buffers_of_their_own(dtype, computed_inv):
+    """route_sources_fused_split (compiled steps without gradients): each router's mixture and
+    log-sum-exp in a tensor of its own, starting at its offset 0, with the stacked op's values."""
+    queries, sources, inv = split(inputs(3, 4, dtype), 4)
+    inv = None if computed_inv else inv
+    with torch.no_grad():
+        stacked, lse, weights = route_sources_fused(queries, sources, inv, eps=EPS)
+        mixed_each, lse_each, weights_split = route_sources_fused_split(queries, sources, inv, eps=EPS)
+    assert len(mixed_each) == len(lse_each) == 3
+    for part in (*mixed_each, *lse_each):
+        assert not part._is_view() and part.storage_offset() == 0
+    assert len({t.untyped_storage().data_ptr() for t in (*mixed_each, *lse_each)}) == 6
+    torch.testing.assert_close(torch.stack(mixed_each), stacked, rtol=0, atol=0)
+    torch.testing.assert_close((torch.stack(lse_each), weights_split), (lse, weights), rtol=0, atol=0)
+
+
+def test_split_refuses_to_lose_a_gradient():
+    queries, sources, inv = split(inputs(2, 3, torch.float32), 3)
+    with pytest.raises(ValueError, match="computes no gradients"):
+        route_sources_fused_split(queries.requires_grad_(), sources, inv)
 
 
 @pytest.mark.parametrize("used", [(0, 1, 2), (1,)], ids=["every-router", "one-router"])

@@ -143,3 +143,45 @@ def test_fused_merge_equals_the_python_merge(first, later, cached, monkeypatch):
     for got, expected in zip(*reversed(results), strict=True):
         torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-12)
     assert len(calls) == 1 and (calls[0] is None) == (cached != "all")  # "lean" stayed on the PyTorch ops
+
+
+@pytest.mark.parametrize("computed_inv", [False, True])
+@pytest.mark.parametrize("later", [1, 3])
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-12), (torch.float32, 1e-5), (torch.bfloat16, 1e-5)])
+def test_the_in_graph_merge_is_the_merge(dtype, tol, later, computed_inv):
+    """A compiled step without gradients merges with `_merge_in_graph` (one softmax, fewest ops); it
+    computes what `_merge_forward` computes: the output in the sources' dtype, the statistics fp32."""
+    query, gain, *sources = inputs(1, 1 + later, dtype)
+    prefix = route_group(0, (query * gain).detach(), [sources[0].detach()], None, "lean", eps=EPS).prefix(0)
+    later_sources = [v.detach() for v in sources[1:]]
+    inv = [inv_rms(v, EPS) for v in later_sources]
+    with torch.no_grad():
+        expected = two_phase_module._merge_forward(prefix.mixed, prefix.lse, prefix.query, later_sources, inv)
+        got = two_phase_module._merge_in_graph(prefix.mixed, prefix.lse, prefix.query, later_sources,
+                                               None if computed_inv else inv, EPS)
+    assert [t.dtype for t in got] == [t.dtype for t in expected]
+    out_tol = 1e-2 if dtype == torch.bfloat16 else tol  # bf16: one rounding of the output either way
+    torch.testing.assert_close(got[0], expected[0], rtol=out_tol, atol=out_tol)
+    torch.testing.assert_close(got[1:], expected[1:], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("impl", ["lean", pytest.param("fused", marks=needs_fused_cpu)])
+def test_a_traced_step_without_gradients_merges_in_the_graph(impl, monkeypatch):
+    """Under torch.compile without gradients, merge_sources takes the in-graph merge for "lean" and
+    "fused" alike (no extern call per router), and gives the eager merge's routing."""
+    query, gain, *sources = inputs(1, 3, torch.float32)
+    sources = [v.detach() for v in sources]
+    q = (query * gain)[0].detach()
+    calls, in_graph = [], two_phase_module._merge_in_graph
+    monkeypatch.setattr(two_phase_module, "_merge_in_graph", lambda *args: calls.append(1) or in_graph(*args))
+
+    def routed(*vs):
+        prefix = route_group(0, q[None], [vs[0]], None, impl, eps=EPS).prefix(0)
+        return merge_sources(prefix, list(vs[1:]), None, need_weights=False, impl=impl, eps=EPS).mixed
+
+    with torch.no_grad():
+        eager = routed(*sources)
+        assert not calls
+        traced = torch.compile(routed, backend="eager", fullgraph=True)(*sources)
+    assert calls
+    torch.testing.assert_close(traced, eager, rtol=1e-6, atol=1e-6)

@@ -13,9 +13,9 @@ token (argmax, or sampling with temperature / top-k / top-p), all on tensors of 
   updates in place; nothing in the step reads a value back to the host.
 
 Routing in the step is the model's own (chunked two-phase routing). On CPU, with the fused extension
-built ("auto"), each router is a direct call of its C++ kernel, so a step calls no Python per router
-and the graph stays small enough to compile in about half the time; with routing_impl "lean" (or
-without the extension) the ops trace as plain PyTorch that inductor fuses with the norms.
+built ("auto"), each group's phase 1 is one direct call of its C++ kernel and every merge is plain
+PyTorch that inductor fuses with the norms (an extern call per router cost more than its arithmetic);
+with routing_impl "lean" (or without the extension) phase 1 traces as plain PyTorch too, a longer compile.
 After a generation's first step only the guards that tell compiled graphs apart are evaluated
 (`Decoding._guards`; docs/explanation/fast-paths.md).
 

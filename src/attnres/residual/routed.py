@@ -45,7 +45,7 @@ class FastRouting:
         in one call; later mixers reuse it. A state resumed inside a group (a pipeline stage) routes
         phase 1 over what it received."""
         if self.group is None or self.group.first != first:
-            queries = torch.stack([mixer.effective_query() for mixer in mixers])
+            queries = [mixer.effective_query() for mixer in mixers]
             self.group = route_group(first, queries, sources, self.completed_inv_rms(sources), self.impl, eps=self.eps)
         return self.group.prefix(s - first)
 

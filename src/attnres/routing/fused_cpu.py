@@ -72,7 +72,8 @@ from attnres.routing.fast_op import compiled_op
 from attnres.routing.lean import compute_dtype
 
 __all__ = ["build_extension", "collect_source", "extension_path", "find_compiler", "fused_available",
-           "how_to_build", "merge_sources_fused", "route_sources_fused", "unavailable_reason"]
+           "how_to_build", "merge_sources_fused", "route_sources_fused", "route_sources_fused_split",
+           "unavailable_reason"]
 
 SOURCE = Path(__file__).with_name("csrc") / "route_cpu.cpp"
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno")  # no errno checks, so the loops vectorise
@@ -141,7 +142,8 @@ def _loaded() -> None:
     without gradients calls them directly (an extern call from the generated code), skipping the
     Python custom op around them, which costs about 0.1 ms a call (docs/explanation/fast-paths.md)."""
     _state["loaded"] = True
-    for name, fake in (("route_forward", _route_fake), ("merge_forward", _merge_fake)):
+    for name, fake in (("route_forward", _route_fake), ("route_forward_split", _route_split_fake),
+                       ("merge_forward", _merge_fake)):
         torch.library.register_fake(f"{_NAMESPACE}::{name}", fake)
 
 
@@ -317,6 +319,12 @@ def _route_fake(queries: Tensor, sources: list[Tensor], inv: list[Tensor], eps: 
             sources[0].new_empty((*shape, len(sources)), dtype=compute))
 
 
+def _route_split_fake(queries: Tensor, sources: list[Tensor], inv: list[Tensor],
+                      eps: float) -> tuple[list[Tensor], list[Tensor], Tensor]:
+    mixed, lse, weights = _route_fake(queries, sources, inv, eps)
+    return [torch.empty_like(m) for m in mixed], [torch.empty_like(r) for r in lse], weights
+
+
 @torch.library.custom_op("attnres::route_sources_fused_backward", mutates_args=())
 def _route_backward_op(queries: Tensor, weights: Tensor, sources: list[Tensor], inv: list[Tensor],
                        grad_mixed: Tensor | None, grad_lse: Tensor | None, grad_weights: Tensor | None,
@@ -387,6 +395,25 @@ def route_sources_fused(queries: Tensor, sources: list[Tensor], inv: list[Tensor
     mixed, lse, weights = result
     return (mixed.unbind() if each else mixed), lse, weights
 
+
+
+def route_sources_fused_split(queries: Tensor, sources: list[Tensor], inv: list[Tensor] | None, *,
+                              eps: float | None = None) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...], Tensor]:
+    """route_sources_fused without gradients, each router's results in tensors of their own: S mixtures
+    (B, T, D), S log-sum-exps (B, T) and the weights (S, B, T, n). In a compiled step each router's
+    results then start at offset 0 of their own buffers, so the code inductor generates around every
+    router of a group is the same kernel, compiled once (decoding; docs/explanation/fast-paths.md)."""
+    sources, inv = list(sources), [] if inv is None else list(inv)
+    if not inv and eps is None:
+        raise ValueError("route_sources_fused_split needs inv, or eps to compute it")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (queries, *sources, *inv)):
+        raise ValueError("route_sources_fused_split computes no gradients; use route_sources_fused")
+    if torch.compiler.is_compiling():
+        _check(queries, sources, inv)
+    split = _ops().route_forward_split
+    mixed, lse, weights = _call(lambda: split(queries, sources, inv, 0.0 if eps is None else float(eps)),
+                                lambda: _check(queries, sources, inv))
+    return tuple(mixed), tuple(lse), weights
 
 
 # ---------------------------------------------------------------- phase 2 of two-phase routing: the merge

@@ -37,7 +37,7 @@ from torch import Tensor
 
 from attnres.common.precision import autocast_off
 from attnres.routing.fast_op import FastOp
-from attnres.routing.fused_cpu import merge_sources_fused
+from attnres.routing.fused_cpu import merge_sources_fused, route_sources_fused_split
 from attnres.routing.lean import compute_dtype, inv_rms, source_logits
 from attnres.routing.route import route_fast
 
@@ -73,18 +73,34 @@ class GroupRouting:
         return self.prefixes[index]
 
 
-def route_group(first: int, queries: Tensor, sources: list[Tensor], inv: list[Tensor] | None, impl: str,
-                eps: float | None = None) -> GroupRouting:
-    """Phase 1: the S routers first .. first + S - 1, with effective queries (S, D), over n shared
-    sources (B, T, D) whose inverse RMS (B, T) are `inv` (or None with `eps`: computed, by "fused"
-    in its kernel), in one call of implementation `impl`."""
-    # One mixture per router, not indexed from a stacked one: each select's backward would zero-fill a
-    # whole (S, B, T, D) gradient and autograd would add the S of them (a fifth of Block AttnRes's
-    # overhead). "fused" gives each its own tensor, whose gradient reaches the kernel as it is; the
-    # others unbind, whose backward stacks the S gradients once.
-    mixed, lse, weights = route_fast(queries, sources, inv, impl, eps=eps, each=True)
+def route_group(first: int, queries: Tensor | list[Tensor], sources: list[Tensor], inv: list[Tensor] | None,
+                impl: str, eps: float | None = None) -> GroupRouting:
+    """Phase 1: the S routers first .. first + S - 1, with effective queries (S, D) (or S tensors
+    (D,)), over n shared sources (B, T, D) whose inverse RMS (B, T) are `inv` (or None with `eps`:
+    computed, by "fused" in its kernel), in one call of implementation `impl`."""
+    each_query = list(queries)
+    stacked = queries if isinstance(queries, Tensor) else torch.stack(each_query)
+    if impl == "fused" and traced_without_grad():
+        # Each router's results in buffers of their own, and its query as given (not a slice of the
+        # stack): the merges inductor generates then read everything at offset 0, so every router's
+        # code is one kernel, compiled once, not one per position in the group.
+        mixed, lse, weights = route_sources_fused_split(stacked, sources, inv, eps=eps)
+    else:
+        # One mixture per router, not indexed from a stacked one: each select's backward would zero-fill
+        # a whole (S, B, T, D) gradient and autograd would add the S of them (a fifth of Block AttnRes's
+        # overhead). "fused" gives each its own tensor, whose gradient reaches the kernel as it is; the
+        # others unbind, whose backward stacks the S gradients once.
+        mixed, lse, weights = route_fast(stacked, sources, inv, impl, eps=eps, each=True)
+        lse = lse.unbind()
     return GroupRouting(first, tuple(RoutedPrefix(*parts, len(sources))
-                                     for parts in zip(queries.unbind(), mixed, lse.unbind(), weights.unbind())))
+                                     for parts in zip(each_query, mixed, lse, weights.unbind())))
+
+
+def traced_without_grad() -> bool:
+    """Whether this is a compiled graph without gradients (a decode step): there inductor fuses the
+    merge's PyTorch ops with the norms around it, where the C++ merge would be an extern call per
+    router (its Python dispatch and a pass of its own), so "fused" merges with the PyTorch ops."""
+    return torch.compiler.is_compiling() and not torch.is_grad_enabled()
 
 
 # ---------------------------------------------------------------- phase 2: one op for all later sources
@@ -194,12 +210,36 @@ def merge_sources(prefix: RoutedPrefix, sources: list[Tensor], inv: list[Tensor]
     if inv is None and eps is None:
         raise ValueError("merge_sources needs inv, or eps to compute it")
     sources = list(sources)
+    if traced_without_grad() and impl in ("fused", "lean"):
+        out, total, keep, take = _merge_in_graph(prefix.mixed, prefix.lse, prefix.query, sources, inv, eps)
+        return _merged(prefix, out, total, keep, take, need_weights)
     if impl == "fused":
         out, total, keep, take = merge_sources_fused(prefix.mixed, prefix.lse, prefix.query, sources, inv, eps=eps)
         return _merged(prefix, out, total, keep, take, need_weights)
     inv = [inv_rms(v, eps) for v in sources] if inv is None else list(inv)
     out, total, keep, take = _merge(prefix.mixed, prefix.lse, prefix.query, sources, inv)
     return _merged(prefix, out, total, keep, take, need_weights)
+
+
+def _merge_in_graph(mixed: Tensor, lse: Tensor, query: Tensor, sources: list[Tensor], inv: list[Tensor] | None,
+                    eps: float | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """`_merge_forward` in the fewest ops, for a compiled step without gradients: one softmax over
+    (lse, l_1 .. l_j), so inductor fuses the merge, the missing inverse RMS and the next norm into one
+    kernel per sub-layer, and compiles few nodes. What the step does not read (total, the weights) is
+    dropped from the graph."""
+    out_dtype, _ = compute_dtype([mixed, *sources])
+    compute = lse.dtype
+    with autocast_off(mixed.device):
+        q = query.to(compute)
+        rows = [v.to(compute) for v in sources]
+        scale = [r.to(compute) for r in inv] if inv is not None else \
+            [torch.rsqrt(v.square().mean(-1) + eps) for v in rows]
+        logits = torch.stack([lse, *[(v * q).sum(-1) * r for v, r in zip(rows, scale)]], dim=-1)
+        weights = torch.softmax(logits, dim=-1)
+        out = weights[..., :1] * mixed.to(compute)
+        for i, v in enumerate(rows):
+            out = out + weights[..., i + 1:i + 2] * v
+    return out.to(out_dtype), torch.logsumexp(logits, dim=-1), weights[..., 0], weights[..., 1:]
 
 
 def _merged(prefix: RoutedPrefix, out: Tensor, total: Tensor, keep: Tensor, take: Tensor,

@@ -600,15 +600,14 @@ void finish_inv_grads(std::vector<Tensor>& grad_inv, const std::vector<Tensor>& 
 
 // ------------------------------------------------------------------------------------- forward
 
-// mixed_out[s]: router s's (tokens, D) mixture of dtype out_type (one stacked tensor's slices, or
-// one tensor per router).
+// mixed_out[s]: router s's (tokens, D) mixture of dtype out_type; lse_out[s]: its (tokens,) log-sum-exp
+// (one stacked tensor's slices, or one tensor per router).
 template <typename A>
-void forward_kernel(const Inputs& src, const std::vector<char*>& mixed_out, ScalarType out_type, Tensor& lse,
-                    Tensor& weights) {
+void forward_kernel(const Inputs& src, const std::vector<char*>& mixed_out, ScalarType out_type,
+                    const std::vector<A*>& lse_out, Tensor& weights) {
   const int64_t S = src.S, D = src.D, n = src.n, tokens = src.tokens;
   const std::vector<const A*> inv = inv_rows<A>(src);
   const A* q = src.queries.data_ptr<A>();
-  A* lse_out = lse.data_ptr<A>();
   A* w_out = weights.data_ptr<A>();
   const int64_t out_elem = c10::elementSize(out_type);
   const bool direct_out = out_type == scalar_type_of<A>();
@@ -649,7 +648,7 @@ void forward_kernel(const Inputs& src, const std::vector<char*>& mixed_out, Scal
           A total = 0;
           for (int64_t i = 0; i < n; ++i) total += (l[i] = std::exp(l[i] - shift));
           const int64_t st = s * tokens + t0 + t;
-          lse_out[st] = shift + std::log(total);
+          lse_out[s][t0 + t] = shift + std::log(total);
           for (int64_t i = 0; i < n; ++i) w_out[st * n + i] = (l[i] /= total);
         }
       // Pass 2: the mixtures, from the cached rows; each output row accumulated in registers, written once.
@@ -673,6 +672,15 @@ std::vector<char*> slices(const Tensor& stacked, int64_t S) {
   return out;
 }
 
+// Router s's part of a stacked (S, ...) tensor of dtype A, as a pointer.
+template <typename A>
+std::vector<A*> row_slices(const Tensor& stacked, int64_t S) {
+  std::vector<A*> out;
+  const int64_t each = S == 0 ? 0 : stacked.numel() / S;
+  for (int64_t s = 0; s < S; ++s) out.push_back(stacked.data_ptr<A>() + s * each);
+  return out;
+}
+
 // lse (S, ...) and weights (S, ..., n) in the compute dtype, to fill.
 std::pair<Tensor, Tensor> alloc_stats(const Inputs& in) {
   auto options = in.queries.options();
@@ -686,7 +694,8 @@ std::tuple<Tensor, Tensor, Tensor> route_forward(const Tensor& queries, const st
   Tensor mixed = at::empty(result_shape(in, in.D), in.queries.options().dtype(in.out_type));
   auto [lse, weights] = alloc_stats(in);
   with_compute(in.compute, [&](auto zero) {
-    forward_kernel<decltype(zero)>(in, slices(mixed, in.S), in.out_type, lse, weights);
+    using A = decltype(zero);
+    forward_kernel<A>(in, slices(mixed, in.S), in.out_type, row_slices<A>(lse, in.S), weights);
   });
   return {mixed, lse, weights};
 }
@@ -704,7 +713,36 @@ std::tuple<std::vector<Tensor>, Tensor, Tensor> route_forward_each(const Tensor&
     rows.push_back(static_cast<char*>(mixed.back().data_ptr()));
   }
   auto [lse, weights] = alloc_stats(in);
-  with_compute(in.compute, [&](auto zero) { forward_kernel<decltype(zero)>(in, rows, in.out_type, lse, weights); });
+  with_compute(in.compute, [&](auto zero) {
+    using A = decltype(zero);
+    forward_kernel<A>(in, rows, in.out_type, row_slices<A>(lse, in.S), weights);
+  });
+  return {mixed, lse, weights};
+}
+
+// route_forward with each router's mixture and log-sum-exp tensors of their own (no autograd; a compiled
+// step without gradients). A router's results then start at offset 0 of their own buffers, so the code
+// inductor generates around every router of a group is the same and compiles once.
+std::tuple<std::vector<Tensor>, std::vector<Tensor>, Tensor> route_forward_split(const Tensor& queries,
+                                                                                 const std::vector<Tensor>& sources,
+                                                                                 const std::vector<Tensor>& inv,
+                                                                                 double eps) {
+  const Inputs in = prepare(queries, sources, inv, eps);
+  const auto token_shape = in.sources[0].sizes().slice(0, in.sources[0].dim() - 1);
+  std::vector<Tensor> mixed, lse;
+  std::vector<char*> rows;
+  for (int64_t s = 0; s < in.S; ++s) {
+    mixed.push_back(at::empty(in.sources[0].sizes(), in.queries.options().dtype(in.out_type)));
+    rows.push_back(static_cast<char*>(mixed.back().data_ptr()));
+    lse.push_back(at::empty(token_shape, in.queries.options()));
+  }
+  Tensor weights = alloc_stats(in).second;
+  with_compute(in.compute, [&](auto zero) {
+    using A = decltype(zero);
+    std::vector<A*> lse_rows;
+    for (const Tensor& t : lse) lse_rows.push_back(t.data_ptr<A>());
+    forward_kernel<A>(in, rows, in.out_type, lse_rows, weights);
+  });
   return {mixed, lse, weights};
 }
 
@@ -1428,12 +1466,16 @@ TORCH_LIBRARY(attnres_fused_cpu, m) {
         "(Tensor, Tensor, Tensor, Tensor)");
   m.def("collect(Tensor(a) source, Tensor sink) -> Tensor(a)");
   // route with each router's mixture a tensor of its own (two-phase routing's phase 1 in eager training).
+  // route_forward with each router's mixture and lse its own tensor (compiled steps without gradients).
+  m.def("route_forward_split(Tensor queries, Tensor[] sources, Tensor[] inv, float eps) -> "
+        "(Tensor[], Tensor[], Tensor)");
   m.def("route_each(Tensor queries, Tensor[] sources, Tensor[] inv, float eps, bool centered, Tensor?[] into) -> "
         "(Tensor[], Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(attnres_fused_cpu, CPU, m) {
   m.impl("route_forward", &route_forward);
+  m.impl("route_forward_split", &route_forward_split);
   m.impl("route_backward", &route_backward_op);
   m.impl("merge_forward", &merge_forward);
   m.impl("merge_backward", &merge_backward_op);
