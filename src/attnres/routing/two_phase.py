@@ -17,8 +17,10 @@ follows from the output: d out / d lse_1 = sum_i take_i (out - v_i) (see `_merge
 "replace" routing the output is the next sub-layer's input, which its norm saves anyway, so a chunk
 costs no activation memory beyond what the lean path keeps; in "add" routing it is one (B, T, D) per router.
 
-Phase 2 has two implementations of the same function: `_merge_forward` / `_merge_backward` here
-(PyTorch ops, any device; a `fast_op.FastOp` like lean's ops), and with impl "fused" on CPU the C++ kernel `fused_cpu.merge_sources_fused`.
+Phase 2 has three implementations of the same function: `_merge_forward` / `_merge_backward` here
+(PyTorch ops, any device; a `fast_op.FastOp` like lean's ops), with impl "fused" on CPU the C++ kernel
+`fused_cpu.merge_sources_fused`, and in a compiled graph without gradients (decoding) `_merge_in_graph`,
+one softmax in the fewest ops, which inductor fuses with its neighbours ("fused" and "lean" alike).
 Why the kernel: the PyTorch version is a dozen small ops, each reading or writing a (B, T, D)
 tensor (the dot products, each `addcmul_`, the fp32 copies of bf16 sources, then backward's dot
 products and d sources), so a merge went through memory several times per source; at small widths
@@ -200,7 +202,8 @@ def merge_sources(prefix: RoutedPrefix, sources: list[Tensor], inv: list[Tensor]
 
     The new logits are inv_i * <query, v_i> in fp32, as the reference computes keys. impl "fused"
     (CPU tensors): the C++ kernel, which computes a missing inv in its pass over the rows; any other
-    implementation name: PyTorch ops (inv_rms first when inv is None). Returns the routing over
+    implementation name: PyTorch ops (inv_rms first when inv is None); "fused" and "lean" in a compiled
+    graph without gradients: `_merge_in_graph`. Returns the routing over
     num_sources + j sources: mixed (B, T, D) in the promoted dtype of the prefix's mixture and the
     sources; weights (B, T, n + j) fp32 when need_weights and the prefix kept its weights, else
     None. Backward keeps the output, per-token scalars and references (module docstring).

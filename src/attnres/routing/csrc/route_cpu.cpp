@@ -681,6 +681,17 @@ std::vector<A*> row_slices(const Tensor& stacked, int64_t S) {
   return out;
 }
 
+// One mixture per router, each a tensor of its own shaped like a source, and its first byte.
+std::pair<std::vector<Tensor>, std::vector<char*>> own_mixtures(const Inputs& in) {
+  std::vector<Tensor> mixed;
+  std::vector<char*> rows;
+  for (int64_t s = 0; s < in.S; ++s) {
+    mixed.push_back(at::empty(in.sources[0].sizes(), in.queries.options().dtype(in.out_type)));
+    rows.push_back(static_cast<char*>(mixed.back().data_ptr()));
+  }
+  return {mixed, rows};
+}
+
 // lse (S, ...) and weights (S, ..., n) in the compute dtype, to fill.
 std::pair<Tensor, Tensor> alloc_stats(const Inputs& in) {
   auto options = in.queries.options();
@@ -706,12 +717,7 @@ std::tuple<std::vector<Tensor>, Tensor, Tensor> route_forward_each(const Tensor&
                                                                    const std::vector<Tensor>& sources,
                                                                    const std::vector<Tensor>& inv, double eps) {
   const Inputs in = prepare(queries, sources, inv, eps);
-  std::vector<Tensor> mixed;
-  std::vector<char*> rows;
-  for (int64_t s = 0; s < in.S; ++s) {
-    mixed.push_back(at::empty(in.sources[0].sizes(), in.queries.options().dtype(in.out_type)));
-    rows.push_back(static_cast<char*>(mixed.back().data_ptr()));
-  }
+  auto [mixed, rows] = own_mixtures(in);
   auto [lse, weights] = alloc_stats(in);
   with_compute(in.compute, [&](auto zero) {
     using A = decltype(zero);
@@ -728,14 +734,10 @@ std::tuple<std::vector<Tensor>, std::vector<Tensor>, Tensor> route_forward_split
                                                                                  const std::vector<Tensor>& inv,
                                                                                  double eps) {
   const Inputs in = prepare(queries, sources, inv, eps);
+  auto [mixed, rows] = own_mixtures(in);
   const auto token_shape = in.sources[0].sizes().slice(0, in.sources[0].dim() - 1);
-  std::vector<Tensor> mixed, lse;
-  std::vector<char*> rows;
-  for (int64_t s = 0; s < in.S; ++s) {
-    mixed.push_back(at::empty(in.sources[0].sizes(), in.queries.options().dtype(in.out_type)));
-    rows.push_back(static_cast<char*>(mixed.back().data_ptr()));
-    lse.push_back(at::empty(token_shape, in.queries.options()));
-  }
+  std::vector<Tensor> lse;
+  for (int64_t s = 0; s < in.S; ++s) lse.push_back(at::empty(token_shape, in.queries.options()));
   Tensor weights = alloc_stats(in).second;
   with_compute(in.compute, [&](auto zero) {
     using A = decltype(zero);
@@ -1465,10 +1467,10 @@ TORCH_LIBRARY(attnres_fused_cpu, m) {
   m.def("merge(Tensor mixed, Tensor lse, Tensor query, Tensor[] sources, Tensor[] inv, float eps, Tensor?[] into) -> "
         "(Tensor, Tensor, Tensor, Tensor)");
   m.def("collect(Tensor(a) source, Tensor sink) -> Tensor(a)");
-  // route with each router's mixture a tensor of its own (two-phase routing's phase 1 in eager training).
   // route_forward with each router's mixture and lse its own tensor (compiled steps without gradients).
   m.def("route_forward_split(Tensor queries, Tensor[] sources, Tensor[] inv, float eps) -> "
         "(Tensor[], Tensor[], Tensor)");
+  // route with each router's mixture a tensor of its own (two-phase routing's phase 1 in eager training).
   m.def("route_each(Tensor queries, Tensor[] sources, Tensor[] inv, float eps, bool centered, Tensor?[] into) -> "
         "(Tensor[], Tensor, Tensor)");
 }
