@@ -198,8 +198,8 @@ def test_the_compiled_step_routes_without_python_custom_ops(residual, num_blocks
     assert not [op for op in ops if op.startswith("attnres.")], ops
     kernels = {op for op in ops if op.startswith("attnres_fused_cpu.")}
     if impl == "fused":
-        assert "attnres_fused_cpu.route_forward_split" in kernels  # a router routed alone: route_forward
-        assert kernels <= {"attnres_fused_cpu.route_forward_split", "attnres_fused_cpu.route_forward"}
+        assert "attnres_fused_cpu.route_forward_into" in kernels  # a router routed alone: route_forward
+        assert kernels <= {"attnres_fused_cpu.route_forward_into", "attnres_fused_cpu.route_forward"}
     else:
         assert not kernels
 
@@ -220,6 +220,23 @@ def test_inductor_compiles_the_step_and_keeps_every_buffer_in_place():
     assert [t.data_ptr() for t in (*state.cache.keys.values(), *state.cache.values.values(), state.sequence, state.column)] == pointers
     assert [tuple(k.shape) for k in state.cache.keys.values()] == shapes == [(2, 2, 64, 8)] * 3  # capacity 16 -> 64
     assert result.sequences.tolist() == eager_greedy(model, ids, 10).tolist()
+
+
+@pytest.mark.compile
+@needs_inductor_cpu
+@needs_fused_cpu
+def test_the_cpp_wrapper_compiles_a_step_with_fused_routing():
+    """options={"cpp_wrapper": True} (documented in how-to/generate.md): inductor's C++ wrapper calls an
+    extern op only when its results are a tensor or a flat list of them, so the fused phase 1
+    (`route_forward_into`) fills per-router buffers and returns one tensor. Block AttnRes (a group's
+    phase 1) and Full AttnRes (chunks)."""
+    torch._dynamo.reset()
+    ids = prompt()
+    for residual, num_blocks in (("block_attnres", 3), ("full_attnres", None)):
+        model = model_for(residual, num_blocks, routing_impl="fused")
+        result = FastGenerator(model, options={"cpp_wrapper": True}).generate(ids, 6)
+        assert result.compile_mode == "default+cpp_wrapper"
+        assert result.sequences.tolist() == eager_greedy(model, ids, 6).tolist()
 
 
 @pytest.mark.compile

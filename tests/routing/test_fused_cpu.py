@@ -350,6 +350,22 @@ def test_split_results_are_the_stacked_ones_in_buffers_of_their_own(dtype, compu
     torch.testing.assert_close((torch.stack(lse_each), weights_split), (lse, weights), rtol=0, atol=0)
 
 
+def test_the_filling_op_refuses_buffers_that_do_not_fit():
+    """route_forward_into (under route_sources_fused_split) writes into the buffers it is given: one
+    per router, each contiguous and of the mixture's and the statistics' shape and dtype."""
+    queries, sources, _ = split(inputs(2, 3, torch.float32), 3)
+    into = torch.ops.attnres_fused_cpu.route_forward_into
+    mixed, lse = [torch.empty_like(sources[0]) for _ in range(2)], [torch.empty(sources[0].shape[:-1])] * 2
+    with pytest.raises(ValueError, match="one mixture and one lse buffer per router"):
+        into(queries, sources, [], EPS, mixed[:1], lse)
+    with pytest.raises(ValueError, match="router 1's buffers must be contiguous"):
+        into(queries, sources, [], EPS, [mixed[0], mixed[1].double()], lse)
+    with torch.no_grad():
+        expected, _, _ = route_sources_fused(queries, sources, None, eps=EPS)
+    into(queries, sources, [], EPS, mixed, [torch.empty(sources[0].shape[:-1]) for _ in range(2)])
+    torch.testing.assert_close(torch.stack(mixed), expected, rtol=0, atol=0)
+
+
 def test_split_refuses_to_lose_a_gradient():
     queries, sources, inv = split(inputs(2, 3, torch.float32), 3)
     with pytest.raises(ValueError, match="computes no gradients"):

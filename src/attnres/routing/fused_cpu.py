@@ -142,7 +142,7 @@ def _loaded() -> None:
     without gradients calls them directly (an extern call from the generated code), skipping the
     Python custom op around them, which costs about 0.1 ms a call (docs/explanation/fast-paths.md)."""
     _state["loaded"] = True
-    for name, fake in (("route_forward", _route_fake), ("route_forward_split", _route_split_fake),
+    for name, fake in (("route_forward", _route_fake), ("route_forward_into", _route_into_fake),
                        ("merge_forward", _merge_fake)):
         torch.library.register_fake(f"{_NAMESPACE}::{name}", fake)
 
@@ -319,10 +319,9 @@ def _route_fake(queries: Tensor, sources: list[Tensor], inv: list[Tensor], eps: 
             sources[0].new_empty((*shape, len(sources)), dtype=compute))
 
 
-def _route_split_fake(queries: Tensor, sources: list[Tensor], inv: list[Tensor],
-                      eps: float) -> tuple[list[Tensor], list[Tensor], Tensor]:
-    mixed, lse, weights = _route_fake(queries, sources, inv, eps)
-    return [torch.empty_like(m) for m in mixed], [torch.empty_like(r) for r in lse], weights
+def _route_into_fake(queries: Tensor, sources: list[Tensor], inv: list[Tensor], eps: float, mixed: list[Tensor],
+                     lse: list[Tensor]) -> Tensor:
+    return _route_fake(queries, sources, inv, eps)[2]
 
 
 @torch.library.custom_op("attnres::route_sources_fused_backward", mutates_args=())
@@ -402,7 +401,9 @@ def route_sources_fused_split(queries: Tensor, sources: list[Tensor], inv: list[
     """route_sources_fused without gradients, each router's results in tensors of their own: S mixtures
     (B, T, D), S log-sum-exps (B, T) and the weights (S, B, T, n). In a compiled step each router's
     results then start at offset 0 of their own buffers, so the code inductor generates around every
-    router of a group is the same kernel, compiled once (decoding; docs/explanation/fast-paths.md)."""
+    router of a group is the same kernel, compiled once (decoding; docs/explanation/fast-paths.md).
+    The buffers are allocated here and filled by the op, whose one tensor result (the weights) lets
+    inductor's C++ wrapper call it without Python."""
     sources, inv = list(sources), [] if inv is None else list(inv)
     if not inv and eps is None:
         raise ValueError("route_sources_fused_split needs inv, or eps to compute it")
@@ -410,9 +411,12 @@ def route_sources_fused_split(queries: Tensor, sources: list[Tensor], inv: list[
         raise ValueError("route_sources_fused_split computes no gradients; use route_sources_fused")
     if torch.compiler.is_compiling():
         _check(queries, sources, inv)
-    split = _ops().route_forward_split
-    mixed, lse, weights = _call(lambda: split(queries, sources, inv, 0.0 if eps is None else float(eps)),
-                                lambda: _check(queries, sources, inv))
+    out_dtype, compute = compute_dtype(sources)
+    mixed = [sources[0].new_empty(sources[0].shape, dtype=out_dtype) for _ in range(queries.shape[0])]
+    lse = [sources[0].new_empty(sources[0].shape[:-1], dtype=compute) for _ in range(queries.shape[0])]
+    into = _ops().route_forward_into
+    weights = _call(lambda: into(queries, sources, inv, 0.0 if eps is None else float(eps), mixed, lse),
+                    lambda: _check(queries, sources, inv))
     return tuple(mixed), tuple(lse), weights
 
 

@@ -726,26 +726,37 @@ std::tuple<std::vector<Tensor>, Tensor, Tensor> route_forward_each(const Tensor&
   return {mixed, lse, weights};
 }
 
-// route_forward with each router's mixture and log-sum-exp tensors of their own (no autograd; a compiled
-// step without gradients). A router's results then start at offset 0 of their own buffers, so the code
-// inductor generates around every router of a group is the same and compiles once.
-std::tuple<std::vector<Tensor>, std::vector<Tensor>, Tensor> route_forward_split(const Tensor& queries,
-                                                                                 const std::vector<Tensor>& sources,
-                                                                                 const std::vector<Tensor>& inv,
-                                                                                 double eps) {
+// route_forward writing each router's mixture and log-sum-exp into buffers of their own, given by the caller
+// (each contiguous, shaped like a source and like its tokens, in the output and compute dtypes) -> the
+// weights (no autograd; a compiled step without gradients). A router's results then start at offset 0
+// of their own buffers, so the code inductor generates around every router of a group is the same
+// and compiles once. Its one tensor result lets inductor's C++ wrapper call it without Python.
+Tensor route_forward_into(const Tensor& queries, const std::vector<Tensor>& sources, const std::vector<Tensor>& inv,
+                          double eps, at::TensorList mixed, at::TensorList lse) {
   const Inputs in = prepare(queries, sources, inv, eps);
-  auto [mixed, rows] = own_mixtures(in);
-  const auto token_shape = in.sources[0].sizes().slice(0, in.sources[0].dim() - 1);
-  std::vector<Tensor> lse;
-  for (int64_t s = 0; s < in.S; ++s) lse.push_back(at::empty(token_shape, in.queries.options()));
+  TORCH_CHECK_VALUE(static_cast<int64_t>(mixed.size()) == in.S && static_cast<int64_t>(lse.size()) == in.S,
+                    "attnres fused routing: needs one mixture and one lse buffer per router (", in.S, "), got ",
+                    mixed.size(), " and ", lse.size());
+  const auto shape = in.sources[0].sizes();
+  for (int64_t s = 0; s < in.S; ++s) {
+    TORCH_CHECK_VALUE(mixed[s].sizes() == shape && mixed[s].scalar_type() == in.out_type && mixed[s].is_contiguous() &&
+                          lse[s].sizes() == shape.slice(0, shape.size() - 1) && lse[s].scalar_type() == in.compute &&
+                          lse[s].is_contiguous(),
+                      "attnres fused routing: router ", s, "'s buffers must be contiguous ", shape, " ", in.out_type,
+                      " and ", shape.slice(0, shape.size() - 1), " ", in.compute);
+  }
   Tensor weights = alloc_stats(in).second;
   with_compute(in.compute, [&](auto zero) {
     using A = decltype(zero);
+    std::vector<char*> rows;
     std::vector<A*> lse_rows;
-    for (const Tensor& t : lse) lse_rows.push_back(t.data_ptr<A>());
+    for (int64_t s = 0; s < in.S; ++s) {
+      rows.push_back(static_cast<char*>(mixed[s].data_ptr()));
+      lse_rows.push_back(lse[s].data_ptr<A>());
+    }
     forward_kernel<A>(in, rows, in.out_type, lse_rows, weights);
   });
-  return {mixed, lse, weights};
+  return weights;
 }
 
 // ------------------------------------------------------------------------------------- backward
@@ -1467,9 +1478,9 @@ TORCH_LIBRARY(attnres_fused_cpu, m) {
   m.def("merge(Tensor mixed, Tensor lse, Tensor query, Tensor[] sources, Tensor[] inv, float eps, Tensor?[] into) -> "
         "(Tensor, Tensor, Tensor, Tensor)");
   m.def("collect(Tensor(a) source, Tensor sink) -> Tensor(a)");
-  // route_forward with each router's mixture and lse its own tensor (compiled steps without gradients).
-  m.def("route_forward_split(Tensor queries, Tensor[] sources, Tensor[] inv, float eps) -> "
-        "(Tensor[], Tensor[], Tensor)");
+  // route_forward into each router's own mixture and lse buffers (compiled steps without gradients).
+  m.def("route_forward_into(Tensor queries, Tensor[] sources, Tensor[] inv, float eps, Tensor(a!)[] mixed, "
+        "Tensor(b!)[] lse) -> Tensor");
   // route with each router's mixture a tensor of its own (two-phase routing's phase 1 in eager training).
   m.def("route_each(Tensor queries, Tensor[] sources, Tensor[] inv, float eps, bool centered, Tensor?[] into) -> "
         "(Tensor[], Tensor, Tensor)");
@@ -1477,7 +1488,7 @@ TORCH_LIBRARY(attnres_fused_cpu, m) {
 
 TORCH_LIBRARY_IMPL(attnres_fused_cpu, CPU, m) {
   m.impl("route_forward", &route_forward);
-  m.impl("route_forward_split", &route_forward_split);
+  m.impl("route_forward_into", &route_forward_into);
   m.impl("route_backward", &route_backward_op);
   m.impl("merge_forward", &merge_forward);
   m.impl("merge_backward", &merge_backward_op);
