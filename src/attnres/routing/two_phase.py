@@ -99,9 +99,10 @@ def route_group(first: int, queries: Tensor | list[Tensor], sources: list[Tensor
 
 
 def traced_without_grad() -> bool:
-    """Whether this is a compiled graph without gradients (a decode step): there inductor fuses the
-    merge's PyTorch ops with the norms around it, where the C++ merge would be an extern call per
-    router (its Python dispatch and a pass of its own), so "fused" merges with the PyTorch ops."""
+    """Whether this is a compiled graph without gradients (a decode step). There "fused" runs phase 1
+    into per-router buffers, and merges with PyTorch ops that inductor fuses with the norms around
+    them, where the C++ merge would be an extern call per router (its Python dispatch and a pass of
+    its own)."""
     return torch.compiler.is_compiling() and not torch.is_grad_enabled()
 
 

@@ -681,15 +681,20 @@ std::vector<A*> row_slices(const Tensor& stacked, int64_t S) {
   return out;
 }
 
-// One mixture per router, each a tensor of its own shaped like a source, and its first byte.
-std::pair<std::vector<Tensor>, std::vector<char*>> own_mixtures(const Inputs& in) {
+// One mixture per router, each a tensor of its own shaped like a source.
+std::vector<Tensor> own_mixtures(const Inputs& in) {
   std::vector<Tensor> mixed;
-  std::vector<char*> rows;
-  for (int64_t s = 0; s < in.S; ++s) {
+  for (int64_t s = 0; s < in.S; ++s)
     mixed.push_back(at::empty(in.sources[0].sizes(), in.queries.options().dtype(in.out_type)));
-    rows.push_back(static_cast<char*>(mixed.back().data_ptr()));
-  }
-  return {mixed, rows};
+  return mixed;
+}
+
+// The first element of each tensor of a list (one buffer per router), as T*.
+template <typename T>
+std::vector<T*> starts(at::TensorList tensors) {
+  std::vector<T*> out;
+  for (const Tensor& t : tensors) out.push_back(static_cast<T*>(t.data_ptr()));
+  return out;
 }
 
 // lse (S, ...) and weights (S, ..., n) in the compute dtype, to fill.
@@ -717,11 +722,11 @@ std::tuple<std::vector<Tensor>, Tensor, Tensor> route_forward_each(const Tensor&
                                                                    const std::vector<Tensor>& sources,
                                                                    const std::vector<Tensor>& inv, double eps) {
   const Inputs in = prepare(queries, sources, inv, eps);
-  auto [mixed, rows] = own_mixtures(in);
+  std::vector<Tensor> mixed = own_mixtures(in);
   auto [lse, weights] = alloc_stats(in);
   with_compute(in.compute, [&](auto zero) {
     using A = decltype(zero);
-    forward_kernel<A>(in, rows, in.out_type, row_slices<A>(lse, in.S), weights);
+    forward_kernel<A>(in, starts<char>(mixed), in.out_type, row_slices<A>(lse, in.S), weights);
   });
   return {mixed, lse, weights};
 }
@@ -748,13 +753,7 @@ Tensor route_forward_into(const Tensor& queries, const std::vector<Tensor>& sour
   Tensor weights = alloc_stats(in).second;
   with_compute(in.compute, [&](auto zero) {
     using A = decltype(zero);
-    std::vector<char*> rows;
-    std::vector<A*> lse_rows;
-    for (int64_t s = 0; s < in.S; ++s) {
-      rows.push_back(static_cast<char*>(mixed[s].data_ptr()));
-      lse_rows.push_back(lse[s].data_ptr<A>());
-    }
-    forward_kernel<A>(in, rows, in.out_type, lse_rows, weights);
+    forward_kernel<A>(in, starts<char>(mixed), in.out_type, starts<A>(lse), weights);
   });
   return weights;
 }
