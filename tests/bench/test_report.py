@@ -31,6 +31,8 @@ def test_quick_run_writes_markdown_and_json(tmp_path, capsys):
     assert {"torch", "device", "threads", "cpu_count"} <= set(results["machine"])
     assert results["machine"]["threads"] == 1  # --quick runs on one thread
     assert results["machine"]["read_bandwidth_gb_s"] > 0  # decoding's limit, kept per machine
+    if results["machine"]["cpu_allocator"]:  # it moves CPU times, so the report names it (Linux)
+        assert f"allocator: {results['machine']['cpu_allocator']}" in markdown
     assert results["config"]["hidden_size"] == 32 and results["config"]["repeats"] == 5
 
     variants = results["models"]["variants"]

@@ -58,7 +58,7 @@ def make_cost():
                          "device": "cpu"},
             "created": "2026-11-30T12:05:00+00:00",
             "machine": {"device": "cpu", "device_name": "Test CPU 9000", "torch": "2.13.0", "threads": 2,
-                        "cpu_capability": "AVX2", "cpu_native_bf16": False},
+                        "cpu_capability": "AVX2", "cpu_native_bf16": False, "cpu_allocator": "jemalloc"},
             "variants": {"standard": cost_entry(STANDARD_STEPS, {"peak_bytes": 1100, "activation_bytes": 600}),
                          "full_attnres": cost_entry(FULL_STEPS, {"peak_bytes": 1500, "activation_bytes": 1200}),
                          ODD_NAME: cost_entry(ODD_STEPS, {"activation_bytes": 650})}}
@@ -222,7 +222,8 @@ def test_cost_section_states_method_machine_and_noise(report):
     _, out, _ = report
     section = cost_section((out / "report.md").read_text())
     for fact in ("5 rounds after 2 warm-up", "Routing lean (routing_impl=auto), precision fp32",
-                 "Test CPU 9000 (ATen CPU kernels AVX2, native bf16: no), 2 torch threads", "wider than 25%",
+                 "Test CPU 9000 (ATen CPU kernels AVX2, native bf16: no, allocator: jemalloc), 2 torch threads",
+                 "wider than 25%",
                  "8 x 64 token batch", "Too noisy to quote here: delta &lt;block&gt; (N=2)"):
         assert fact in section, fact
     assert table_row(section, "standard") == ["standard", "110.0", "baseline", "-", f"{1100 / 2**20:.1f}", "1.00×",

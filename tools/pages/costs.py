@@ -124,3 +124,30 @@ def step_profile(ctx) -> str:
                         f"{shape['batch_size']} x {shape['seq_len']}, mean of {prof['repeats']} interleaved rounds); "
                         f"standard's took {prof['standard_step_ms']:.0f} ms.*",
                         provenance(prof, ctx.source(PROFILE))])
+
+
+ALLOCATORS = ("allocator-libc/bench.json", "allocator-tcmalloc/bench.json", "allocator-jemalloc/bench.json")
+
+
+def _per_round(bench: dict, name: str) -> str:
+    """A variant's training-step multiple, median and per-round range: '1.12x (1.07-1.19)'."""
+    variants = bench["models"]["variants"]
+    pairs = zip(variants[name]["train_step_s"]["samples_s"], variants["standard"]["train_step_s"]["samples_s"])
+    per_round = [mine / base for mine, base in pairs]
+    return f"{x(ratios(bench)[name].get('train_step'))} ({min(per_round):.2f}-{max(per_round):.2f})"
+
+
+def allocator_costs(ctx) -> str:
+    """Standard's bf16 training step under each C allocator, and the routed variants' multiples of it,
+    each run on its own with its variants interleaved."""
+    runs = [ctx.results.json(path) for path in ALLOCATORS]
+    names = [name for name in ratios(runs[0]) if name != "standard"]
+    rows = [[bench["machine"].get("cpu_allocator") or "not recorded",
+             f"{bench['models']['variants']['standard']['train_step_s']['median_s'] * 1e3:.0f} ms"]
+            + [_per_round(bench, name) for name in names] for bench in runs]
+    header = ["allocator", "standard's step"] + [f"{name} (per round)" for name in names]
+    lines = [table(header, rows),
+             f"*bf16 training step, one run per allocator ({shape_words(runs[0])}); multiples of standard's "
+             f"step in the same run, median and range over rounds.*"]
+    lines += [provenance(bench, ctx.source(path), code_path=code_path(bench)) for bench, path in zip(runs, ALLOCATORS)]
+    return "\n\n".join(lines)

@@ -26,6 +26,7 @@ BLOCKS = {
     "depth-sweep": costs.depth_sweep,
     "width-costs": costs.width_costs,
     "step-profile": costs.step_profile,
+    "allocator-costs": costs.allocator_costs,
     "ablation-table": ablation.ablation_table,
     "ablation-vs-full": ablation.ablation_vs_full,
     "ablation-causal": ablation.ablation_causal,

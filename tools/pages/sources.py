@@ -62,7 +62,10 @@ def cpu_words(machine: dict | None) -> str:
     kernels = f"ATen {capability}" if capability else "ATen level not recorded"
     threads = machine.get("threads")
     who = f"{threads} thread{'s' if threads != 1 else ''} of {name}" if threads else name
-    return f"{who} ({kernels}, {bf16})"
+    # The C library's malloc goes unsaid; another allocator moves every time (docs/how-to/measure-cost.md).
+    allocator = machine.get("cpu_allocator")
+    allocator = f", {allocator}" if allocator and allocator != "libc" else ""
+    return f"{who} ({kernels}, {bf16}{allocator})"
 
 
 def recorded_code_path(result: dict) -> dict:

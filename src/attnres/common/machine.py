@@ -1,5 +1,6 @@
-"""What a measurement ran on: torch, the device and its name, threads, CPU bf16 support. Every report of
-times or losses records it, because CPU kernels (AVX2 / AVX-512, native or emulated bf16) change both."""
+"""What a measurement ran on: torch, the device and its name, threads, CPU bf16 support, the allocator.
+Every report of times or losses records it, because CPU kernels (AVX2 / AVX-512, native or emulated
+bf16) change both, and the allocator changes times."""
 
 from __future__ import annotations
 
@@ -27,9 +28,32 @@ def cpu_has_native_bf16() -> bool | None:
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
+# Shared objects that replace malloc when preloaded (LD_PRELOAD) or linked, by the name they map under.
+_ALLOCATORS = {"libtcmalloc": "tcmalloc", "libjemalloc": "jemalloc", "libmimalloc": "mimalloc"}
+
+
+def memory_allocator(maps: str | None = None) -> str | None:
+    """The C allocator this process runs on: "tcmalloc", "jemalloc" or "mimalloc" where one is mapped,
+    else "libc" (the C library's malloc); None where /proc/self/maps cannot be read (not Linux).
+    `maps`: that file's text, for tests. Timings record it: it moves CPU step times, though not the
+    routed variants' multiples of standard's (docs/how-to/measure-cost.md)."""
+    if maps is None:
+        try:
+            maps = Path("/proc/self/maps").read_text()
+        except OSError:
+            return None
+    for line in maps.splitlines():
+        library = line.rsplit("/", 1)[-1]
+        for prefix, name in _ALLOCATORS.items():
+            if library.startswith(prefix):
+                return name
+    return "libc"
+
+
 def machine_info(device: torch.device) -> dict:
     """torch version, device and its name, torch threads, CPU count, Python, platform, CPU bf16 support,
-    and the CPU kernel family ATen dispatches to ("AVX512", "AVX2", ...; ATEN_CPU_CAPABILITY overrides it)."""
+    the CPU kernel family ATen dispatches to ("AVX512", "AVX2", ...; ATEN_CPU_CAPABILITY overrides it)
+    and the C allocator (`memory_allocator`)."""
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     else:
@@ -44,7 +68,7 @@ def machine_info(device: torch.device) -> dict:
     return {"torch": torch.__version__, "device": str(device), "device_name": name,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "python": platform.python_version(),
             "platform": platform.platform(), "cpu_native_bf16": cpu_has_native_bf16(),
-            "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_allocator": memory_allocator()}
 
 
 def check_device(device: str, flag: str = "--device") -> torch.device:

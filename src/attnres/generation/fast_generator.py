@@ -51,9 +51,9 @@ from attnres.generation.memory_traffic import GB, decode_bytes_per_step
 
 # torch.compile mode of the decode step per device type (docs/explanation/fast-paths.md). CUDA: CUDA graphs
 # replay the whole step with one launch. CPU: inductor's default mode and its default Python wrapper
-# (`CPU_OPTIONS`, none). Its C++ wrapper decodes converted SmolLM2-135M Block AttnRes 2 to 5 % faster but
-# compiles it in 195 s rather than 68 s on 2 cores, which a CPU user would repay only after
-# thousands of tokens.
+# (`CPU_OPTIONS`, none). Its C++ wrapper takes about 8 % less time a token on converted SmolLM2-135M (standard,
+# fp32, 2 Intel Xeon cores: 23.0 against 24.9 ms a token) but compiles Block AttnRes in 158 s rather
+# than 37 s, which a CPU user would repay only after thousands of tokens.
 DEFAULT_MODES = {"cpu": "default", "cuda": "reduce-overhead"}
 # Without size_asserts the Python wrapper no longer checks each argument's sizes and strides at every
 # call (one Python call per parameter and buffer, a few microseconds each, so a cost that grows with a
