@@ -7,6 +7,7 @@ from pathlib import Path
 
 from attnres.bench.bench_config import BASELINE
 from attnres.common.atomic import write_atomic
+from attnres.common.machine import cpu_facts
 
 
 def write_report(results: dict, out_dir: str | Path) -> tuple[Path, Path]:
@@ -22,14 +23,7 @@ def write_report(results: dict, out_dir: str | Path) -> tuple[Path, Path]:
 def _cpu_kernels(machine: dict) -> str:
     """", ATen CPU kernels AVX512, native bf16: yes, allocator: libc" where the machine record has them
     (older ones do not)."""
-    parts = []
-    if machine.get("cpu_capability"):
-        parts.append(f"ATen CPU kernels {machine['cpu_capability']}")
-    if machine.get("cpu_native_bf16") is not None:
-        parts.append(f"native bf16: {'yes' if machine['cpu_native_bf16'] else 'no'}")
-    if machine.get("cpu_allocator"):
-        parts.append(f"allocator: {machine['cpu_allocator']}")
-    return "".join(f", {part}" for part in parts)
+    return "".join(f", {fact}" for fact in cpu_facts(machine))
 
 
 def _ms(seconds: float | None) -> str:

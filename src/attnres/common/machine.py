@@ -71,6 +71,17 @@ def machine_info(device: torch.device) -> dict:
             "cpu_capability": torch.backends.cpu.get_cpu_capability(), "cpu_allocator": memory_allocator()}
 
 
+def cpu_facts(machine: dict) -> list[str]:
+    """What a report says of a record's CPU, where the record has it (older ones lack some):
+    ["ATen CPU kernels AVX512", "native bf16: yes", "allocator: libc"]."""
+    facts = [f"ATen CPU kernels {machine['cpu_capability']}"] if machine.get("cpu_capability") else []
+    if machine.get("cpu_native_bf16") is not None:
+        facts.append(f"native bf16: {'yes' if machine['cpu_native_bf16'] else 'no'}")
+    if machine.get("cpu_allocator"):
+        facts.append(f"allocator: {machine['cpu_allocator']}")
+    return facts
+
+
 def check_device(device: str, flag: str = "--device") -> torch.device:
     """torch.device for `device` ("cpu", "cuda" or "cuda:N"); InputError naming `flag` for any other text,
     for CUDA where there is none and for an index past the devices present (not checked under torchrun,

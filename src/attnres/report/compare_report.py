@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from attnres.common.atomic import write_atomic
+from attnres.common.machine import cpu_facts
 from attnres.model.model_config import entry_options
 from attnres.report.compare_summary import BASELINE, run_depth_stats, summarize
 from attnres.report.document import compact, dumps_json, fmt, jsonable, render_html, render_markdown
@@ -236,11 +237,7 @@ def _expert_blocks(summary: dict) -> list[tuple]:
 
 def _machine_text(machine: dict) -> str:
     """"AMD EPYC 7B13 (ATen CPU kernels AVX2, native bf16: no, allocator: libc), 2 torch threads, torch 2.13.0"."""
-    kernels = [f"ATen CPU kernels {machine['cpu_capability']}"] if machine.get("cpu_capability") else []
-    if machine.get("cpu_native_bf16") is not None:
-        kernels.append(f"native bf16: {'yes' if machine['cpu_native_bf16'] else 'no'}")
-    if machine.get("cpu_allocator"):  # it moves CPU times (docs/how-to/measure-cost.md)
-        kernels.append(f"allocator: {machine['cpu_allocator']}")
+    kernels = cpu_facts(machine)
     name = machine.get("device_name") or machine.get("device") or "an unnamed device"
     return (name + (f" ({', '.join(kernels)})" if kernels and machine.get("device", "cpu") == "cpu" else "")
             + f", {machine.get('threads', '?')} torch threads, torch {machine.get('torch', '?')}")

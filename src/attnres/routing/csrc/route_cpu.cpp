@@ -664,20 +664,13 @@ void forward_kernel(const Inputs& src, const std::vector<char*>& mixed_out, Scal
   });
 }
 
-// Router s's slice of a stacked (S, rows, D) tensor, as a pointer.
-std::vector<char*> slices(const Tensor& stacked, int64_t S) {
-  std::vector<char*> out;
+// Router s's slice of a stacked (S, ...) tensor, as a pointer to its first element (T: its dtype, or char).
+template <typename T = char>
+std::vector<T*> slices(const Tensor& stacked, int64_t S) {
+  std::vector<T*> out;
   const int64_t bytes = S == 0 ? 0 : stacked.numel() / S * stacked.element_size();
-  for (int64_t s = 0; s < S; ++s) out.push_back(static_cast<char*>(stacked.data_ptr()) + s * bytes);
-  return out;
-}
-
-// Router s's part of a stacked (S, ...) tensor of dtype A, as a pointer.
-template <typename A>
-std::vector<A*> row_slices(const Tensor& stacked, int64_t S) {
-  std::vector<A*> out;
-  const int64_t each = S == 0 ? 0 : stacked.numel() / S;
-  for (int64_t s = 0; s < S; ++s) out.push_back(stacked.data_ptr<A>() + s * each);
+  for (int64_t s = 0; s < S; ++s)
+    out.push_back(reinterpret_cast<T*>(static_cast<char*>(stacked.data_ptr()) + s * bytes));
   return out;
 }
 
@@ -711,7 +704,7 @@ std::tuple<Tensor, Tensor, Tensor> route_forward(const Tensor& queries, const st
   auto [lse, weights] = alloc_stats(in);
   with_compute(in.compute, [&](auto zero) {
     using A = decltype(zero);
-    forward_kernel<A>(in, slices(mixed, in.S), in.out_type, row_slices<A>(lse, in.S), weights);
+    forward_kernel<A>(in, slices(mixed, in.S), in.out_type, slices<A>(lse, in.S), weights);
   });
   return {mixed, lse, weights};
 }
@@ -726,7 +719,7 @@ std::tuple<std::vector<Tensor>, Tensor, Tensor> route_forward_each(const Tensor&
   auto [lse, weights] = alloc_stats(in);
   with_compute(in.compute, [&](auto zero) {
     using A = decltype(zero);
-    forward_kernel<A>(in, starts<char>(mixed), in.out_type, row_slices<A>(lse, in.S), weights);
+    forward_kernel<A>(in, starts<char>(mixed), in.out_type, slices<A>(lse, in.S), weights);
   });
   return {mixed, lse, weights};
 }
