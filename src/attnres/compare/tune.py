@@ -7,6 +7,7 @@ be built up over several sittings; a finished study is reported again without tr
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -19,7 +20,7 @@ from attnres.common.machine import machine_info
 from attnres.common.run_lock import RunLock
 from attnres.compare.presets import ComparePreset, at_rate, variant_run, variant_slug
 from attnres.compare.progress import CompareProgress
-from attnres.compare.protocol import RateSearch, rate_label, search_rates
+from attnres.compare.protocol import RateSearch, rate_label, search_rates, unigram_entropy
 from attnres.compare.run_comparison import RECORD_KEYS, finished_record, run_compare, train_variant
 from attnres.data import prepare_data
 from attnres.model import AttnResLM
@@ -52,21 +53,31 @@ def rate_run(preset: ComparePreset, spec: dict, rate: float, seed: int, out_dir:
 class _Survey:
     """Every variant's search and final runs as the records on disk have them now."""
 
-    def __init__(self, preset: ComparePreset, out_dir: Path, final_seeds: int) -> None:
-        self.preset, self.out_dir, self.final_seeds = preset, out_dir, final_seeds
+    def __init__(self, preset: ComparePreset, out_dir: Path, final_seeds: int, threshold: float = math.inf) -> None:
+        self.preset, self.out_dir, self.final_seeds, self.threshold = preset, out_dir, final_seeds, threshold
         self.runs: dict[tuple[int, float, int], _Run] = {}
         self.searches: list[RateSearch] = []
         self.todo: list[_Run] = []
         protocol = preset.protocol
+        order = {}
         for index, spec in enumerate(preset.variants):
-            search = search_rates(protocol, lambda rate: self._val_losses(index, rate))
+            search = search_rates(protocol, lambda rate: self._val_losses(index, rate), threshold)
             self.searches.append(search)
             if search.missing:
                 wanted = [(rate, seed) for rate in search.missing for seed in range(protocol.grid_seeds)]
             else:
-                wanted = [(search.chosen, seed) for seed in range(final_seeds)]
-            self.todo += [run for rate, seed in wanted if (run := self.run(index, rate, seed)).record is None]
-        self.todo.sort(key=lambda r: r.seed)  # seed-major: a partial study still compares like with like
+                wanted = [(search.chosen, seed) for seed in self.seeds_of(index)]
+            for rate, seed in wanted:
+                if (run := self.run(index, rate, seed)).record is None:
+                    self.todo.append(run)
+                    order[id(run)] = (not protocol.is_primary(spec), not search.missing, seed)
+        # Primary variants first, each one's search before its final runs, then seed-major: a partial
+        # study still compares like with like.
+        self.todo.sort(key=lambda r: order[id(r)])
+
+    def seeds_of(self, index: int) -> list[int]:
+        """The final runs' seeds of variant `index`."""
+        return self.preset.protocol.final_seeds(self.preset.variants[index], self.final_seeds)
 
     def run(self, index: int, rate: float, seed: int) -> _Run:
         key = (index, rate, seed)
@@ -109,9 +120,10 @@ def run_protocol(preset: ComparePreset, out_dir: Path, seeds: int | None = None,
         raise InputError(f"preset {preset.name} has no 'protocol' section; use run_compare")
     out_dir = Path(out_dir)
     final_seeds = seeds or preset.seeds
+    threshold = failure_threshold(preset) if preset.protocol.choice == "fit" else math.inf
     waiting = False
     while True:
-        survey = _Survey(preset, out_dir, final_seeds)
+        survey = _Survey(preset, out_dir, final_seeds, threshold)
         mine = [r for r in survey.todo if r.seed % count == index]
         if not survey.todo:
             break
@@ -137,18 +149,36 @@ def run_protocol(preset: ComparePreset, out_dir: Path, seeds: int | None = None,
     return results
 
 
+def failure_threshold(preset: ComparePreset) -> float:
+    """The loss above which a run of `preset` has failed: the unigram entropy of its training split."""
+    first = rate_run(preset, preset.variants[0], preset.protocol.lr_grid[0], 0, Path("unused"))
+    data = prepare_data(first.data)
+    return unigram_entropy(data.train_tokens, data.tokenizer.vocab_size)
+
+
+def _tail_train_loss(record: dict, steps: int) -> float | None:
+    """A run's mean logged training loss over its last 10 % of steps (None without such a log)."""
+    tail = [loss for step, loss in record.get("train_curve") or [] if step > 0.9 * steps]
+    return sum(tail) / len(tail) if tail else None
+
+
 def protocol_results(preset: ComparePreset, survey: _Survey, command: str, device: str) -> dict:
     """The results dict `write_protocol_report` documents, from a finished survey."""
     variants = []
+    first = rate_run(preset, preset.variants[0], preset.protocol.lr_grid[0], 0, Path("unused"))
     for index, (spec, search) in enumerate(zip(preset.variants, survey.searches)):
         grid = [{"lr": rate, "mean_val_loss": search.mean_val[rate],
                  "val_losses": [survey.run(index, rate, s).record["final_val_loss"]
                                 for s in range(preset.protocol.grid_seeds)]} for rate in search.rates]
-        runs = [{**survey.run(index, search.chosen, s).record, "lr": search.chosen} for s in range(survey.final_seeds)]
-        variants.append({"name": variant_name(spec), **spec, "grid": grid, "chosen_lr": search.chosen,
-                         "edge": search.edge, "extended": list(search.extended), "runs": runs})
-    first = rate_run(preset, preset.variants[0], preset.protocol.lr_grid[0], 0, Path("unused"))
-    vocab_size = prepare_data(first.data).tokenizer.vocab_size  # the token cache's: reads no documents
+        runs = [{**survey.run(index, search.chosen, s).record, "lr": search.chosen} for s in survey.seeds_of(index)]
+        for run in runs:
+            run["tail_train_loss"] = _tail_train_loss(run, first.train.steps)
+        variants.append({"name": variant_name(spec), **spec, "primary": preset.protocol.is_primary(spec),
+                         "grid": grid, "chosen_lr": search.chosen, "edge": search.edge,
+                         "extended": list(search.extended), "fit": None if search.fit is None else search.fit.to_dict(),
+                         "runs": runs})
+    data = prepare_data(first.data)
+    vocab_size = data.tokenizer.vocab_size  # the token cache's: reads no documents
     for variant, spec in zip(variants, preset.variants):
         config = rate_run(preset, spec, first.train.lr, 0, Path("unused")).build_model_config(vocab_size)
         with torch.device("meta"):  # the count needs shapes only
@@ -160,7 +190,10 @@ def protocol_results(preset: ComparePreset, survey: _Survey, command: str, devic
         "code_path": {"routing_impl": first.train.routing_impl,
                       "routing": resolve_impl(first.train.routing_impl, torch.device(device)),
                       "precision": first.train.precision},
-        "protocol": {**preset.protocol.to_dict(), "final_seeds": survey.final_seeds},
+        "protocol": {**preset.protocol.to_dict(), "final_seeds": survey.final_seeds,
+                     **({"failure_threshold": survey.threshold} if math.isfinite(survey.threshold) else {})},
+        "tokens": {"train_split": int(len(data.train_tokens)), "per_run": first.train.steps * first.train.batch_size
+                   * first.train.seq_len},
         "settings": {"model": preset.run.get("model", {}), "data": first.data.to_dict(),
                      "train": {k: v for k, v in preset.run.get("train", {}).items() if k not in ("lr", "min_lr")},
                      "min_lr_ratio": first.train.min_lr / first.train.lr},
