@@ -1,0 +1,140 @@
+"""The headline rule of the protocol (docs/explanation/protocol.md, "The headline rule").
+
+A primary variant is recommended over standard only if all three hold:
+1. its main-setting contrast (paired t test of test loss, variant minus standard) survives Holm's
+   correction over the primary contrasts, with a negative mean;
+2. its mean difference is negative in every replication, and the random-effects pooled interval over
+   the settings (Hartung-Knapp) lies below 0;
+3. its equal-time contrast has a negative mean (a missing arm fails this).
+Otherwise no variant is recommended, and the headline says where each one leads.
+
+`setting_differences` reads a comparison's results.json; `draw_headline` applies the rule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from attnres.analysis.inference import PairedTest, Pooled, best_by_paired_comparisons, holm, paired_t, random_effects
+
+ALPHA = 0.05
+MAIN = "main"
+
+
+def setting_differences(results: dict, residuals=None, threshold: float | None = None) -> dict[str, list[float]]:
+    """Per variant of a comparison's results (by residual name; `residuals` keeps only those), its final
+    test loss minus standard's on the same seed, for the seeds both have, in seed order. A loss that is
+    not finite or above `threshold` (default: the results' protocol.failure_threshold, if any) counts at
+    the threshold: a failed run counts against its variant."""
+    if threshold is None:
+        threshold = (results.get("protocol") or {}).get("failure_threshold", math.inf)
+
+    def losses(variant: dict) -> dict[int, float]:
+        out = {}
+        for run in variant["runs"]:
+            loss = run.get("final_test_loss")
+            if loss is None:
+                continue
+            out[run["seed"]] = threshold if not math.isfinite(loss) or loss > threshold else loss
+        return out
+
+    by_residual = {}
+    for variant in results["variants"]:
+        if "[" in variant["name"] or variant["residual"] in by_residual:  # router ablations; one row per residual
+            continue
+        by_residual[variant["residual"]] = losses(variant)
+    base = by_residual["standard"]
+    keep = by_residual if residuals is None else {r: by_residual[r] for r in residuals if r in by_residual}
+    return {residual: [values[s] - base[s] for s in sorted(set(values) & set(base))]
+            for residual, values in keep.items() if residual != "standard"}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The rule's inputs, per primary variant (residual name, standard excluded): `main` and each
+    replication's per-seed differences to standard (setting -> variant -> diffs); `equal_time` the
+    differences to standard trained as long as the variant's step costs; `step_cost` its training-step
+    multiple of standard's, which orders variants that pass together."""
+
+    main: dict[str, list[float]]
+    replications: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    equal_time: dict[str, list[float]] = field(default_factory=dict)
+    step_cost: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One primary variant under the rule: its main test, Holm-adjusted p, replication means, pooled
+    effect, equal-time mean, and which of the three conditions hold."""
+
+    variant: str
+    main: PairedTest | None
+    holm_p: float | None
+    replication_means: dict[str, float]
+    pooled: Pooled | None
+    equal_time_mean: float | None
+    survives: bool
+    replicates: bool
+    holds_at_equal_time: bool
+
+    @property
+    def recommended(self) -> bool:
+        return self.survives and self.replicates and self.holds_at_equal_time
+
+
+@dataclass(frozen=True)
+class Headline:
+    """recommended: the variants the rule recommends, best first; verdicts by variant; leads: per setting,
+    the variant (or "standard") with the lowest mean loss; best_shown: whether the first recommended one
+    is shown better than the others it passed with."""
+
+    recommended: list[str]
+    verdicts: dict[str, Verdict]
+    leads: dict[str, str]
+    best_shown: bool
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values)
+
+
+def _test(diffs) -> PairedTest | None:
+    return paired_t(diffs) if len(diffs) >= 2 and len(set(diffs)) > 1 else None
+
+
+def draw_headline(evidence: Evidence, alpha: float = ALPHA) -> Headline:
+    """Apply the rule to `evidence`: which primary variants are recommended over standard, and why."""
+    tests = {v: _test(d) for v, d in evidence.main.items()}
+    adjusted = holm({v: t.p_two_sided for v, t in tests.items() if t is not None}, alpha=alpha).adjusted \
+        if any(t is not None for t in tests.values()) else {}
+    verdicts = {}
+    for variant, test in tests.items():
+        holm_p = adjusted.get(variant)
+        survives = test is not None and test.mean < 0 and holm_p is not None and holm_p <= alpha
+        means = {s: _mean(d[variant]) for s, d in evidence.replications.items() if d.get(variant)}
+        settings = [evidence.main[variant]] + [d[variant] for d in evidence.replications.values() if d.get(variant)]
+        pooled = None
+        if len(settings) >= 2 and all(len(d) >= 2 and len(set(d)) > 1 for d in settings):
+            pooled = random_effects([_mean(d) for d in settings], [paired_t(d).se ** 2 for d in settings])
+        replicates = (len(means) == len(evidence.replications) > 0 and all(m < 0 for m in means.values())
+                      and pooled is not None and pooled.ci_hk[1] < 0)
+        equal = evidence.equal_time.get(variant)
+        equal_mean = _mean(equal) if equal else None
+        verdicts[variant] = Verdict(variant, test, holm_p, means, pooled, equal_mean, survives, replicates,
+                                    equal_mean is not None and equal_mean < 0)
+    passing = [v for v, verdict in verdicts.items() if verdict.recommended]
+    best_shown = False
+    if len(passing) > 1:
+        best = best_by_paired_comparisons({v: evidence.main[v] for v in passing}, alpha=alpha)
+        best_shown = best.shown_best
+        rest = sorted((v for v in passing if v != best.candidate or not best_shown),
+                      key=lambda v: evidence.step_cost.get(v, math.inf))
+        passing = [best.candidate] + rest if best_shown else rest
+    settings = {MAIN: evidence.main, **evidence.replications}
+    leads = {}
+    for setting, diffs in settings.items():
+        means = {v: _mean(d) for v, d in diffs.items() if d}
+        best_variant = min(means, key=means.get) if means else None
+        leads[setting] = best_variant if best_variant is not None and means[best_variant] < 0 else "standard"
+    return Headline(passing, verdicts, leads, best_shown or len(passing) == 1)
