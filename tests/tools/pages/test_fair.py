@@ -1,5 +1,5 @@
-"""The fair fight on the pages: the README's rule (ties with the best, then the cheapest step), the
-published results at scale beside ours, and the search and result tables."""
+"""The fair fight on the pages: the search and result tables, the kernel rerun and the later studies beside
+it (the README's answer: tests/tools/pages/test_recommendation.py)."""
 
 import json
 import shutil
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.pages import fair, recommendation
+from tools.pages import fair
 from tools.pages.render import Context
 from tools.pages.sources import Results
 from attnres.report.protocol_report import summarize_protocol
@@ -54,36 +54,6 @@ def others(block_diffs, full_diffs):
             variant("block_attnres (N=8)", "block_attnres", block_diffs, num_blocks=8),
             variant("full_attnres", "full_attnres", full_diffs),
             variant("delta_block (N=8)", "delta_block", [+0.05, +0.06, +0.04, +0.05], num_blocks=8)]
-
-
-def test_tied_variants_are_named_and_the_cheapest_step_among_them_is_used(ctx_of):
-    ctx = ctx_of(others([-0.10, -0.12, -0.09, -0.11], [-0.11, -0.10, -0.12, -0.10]))
-    text = recommendation.recommendation_text(ctx)
-    assert text.startswith("**Use Block AttnRes** (`residual: block_attnres`, `num_blocks: 8`): ")
-    assert "Full AttnRes and Block AttnRes are not distinguishable at this scale" in text  # by test loss
-    assert "The lowest mean test loss is Full AttnRes's" in text  # the best, but a dearer step than Block's
-    assert "Not shown better than standard: Delta Block." in text
-    table = recommendation.recommendation_table(ctx)
-    assert "| `block_attnres` | 0.006 | -0.105\u00a0±\u00a0" in table and "| tied |" in table and "| best |" in table
-
-
-def test_standard_among_the_tied_is_kept(ctx_of):
-    ctx = ctx_of(others([-0.10, +0.12, -0.09, +0.08], [+0.02, -0.03, +0.01, 0.0]))
-    text = recommendation.recommendation_text(ctx)
-    assert text.startswith("**Keep `standard`**: at each variant's own best learning rate, ")
-
-
-def test_each_source_at_scale_is_set_beside_the_answer_here(ctx_of):
-    ctx = ctx_of(others([-0.10, -0.12, -0.09, -0.11], [-0.11, -0.10, -0.12, -0.10]))
-    lines = recommendation.at_scale(ctx).splitlines()
-    delta = next(line for line in lines if "Delta paper" in line)
-    assert "1044M (1280 x 36)" in delta and "standard 29.70" in delta and "Block AttnRes 31.76 (worse)" in delta
-    assert "differs on Block AttnRes (better here, -0.105)" in delta
-    assert "Delta Block (worse here, +0.050)" in delta  # better there, worse here: a disagreement
-    kimi = next(line for line in lines if "Kimi" in line)
-    assert "agrees on Block AttnRes (better here, -0.105) and Full AttnRes (better here, -0.107)" in kimi
-    marin = next(line for line in lines if "marin" in line)
-    assert "Block AttnRes (form not stated) 2.8508 (better)" in marin
 
 
 def test_the_fair_tables_show_the_choice_and_the_verdicts(ctx_of):
@@ -133,37 +103,6 @@ def test_one_rate_for_all_is_set_beside_each_its_own(ctx_of, tmp_path):
     assert "delta_block (N=8) | " in text.splitlines()[-3]  # ordered by the fair fight's difference: worst last
 
 
-def test_a_dear_winner_comes_with_the_best_variant_at_a_cheap_step(ctx_of):
-    rows = others([-0.10, -0.12, -0.09, -0.11], [-0.09, -0.10, -0.08, -0.09])
-    rows.append(variant("hyper_connections", "hyper_connections", [-0.30, -0.31, -0.29, -0.30]))
-    text = recommendation.recommendation_text(ctx_of(rows))
-    assert text.startswith("**Use hyper-connections** (`residual: hyper_connections`): it has the lowest test loss")
-    assert ("At most 1.2x standard's training step in fp32 and bf16, Block AttnRes has the lowest test loss "
-            "(-0.105 ± ") in text
-    # Block leads every cheap variant (Full AttnRes by 0.015 on every seed), whatever the recorded costs
-    assert "against standard), ahead of the others by a paired 95 % interval." in text
-
-
-def test_the_answer_says_whether_a_later_study_ranks_the_variants_differently(ctx_of, tmp_path):
-    ctx = ctx_of(others([-0.10, -0.12, -0.09, -0.11], [-0.05, -0.06, -0.04, -0.05]))
-    assert "second corpus" not in recommendation.recommendation_text(ctx)  # nothing to say before it is run
-    later = study(others([-0.02, -0.03, -0.01, -0.02], [-0.08, -0.07, -0.09, -0.08]))
-    later["seeds"] = [0, 1, 2, 3]
-    (tmp_path / "results" / "fair-pydocs").mkdir()
-    (tmp_path / "results" / fair.FAIR_PYDOCS).write_text(json.dumps(later))
-    assert fair.shown_better(later) == ["full_attnres", "block_attnres (N=8)"]
-    text = recommendation.recommendation_text(ctx)
-    assert ("**On a second corpus** (the Python documentation), 4 seeds at the fair fight's "
-            "rates, the variants rank differently, best first: Full AttnRes, Block AttnRes, Delta Block; Full AttnRes "
-            "and Block AttnRes are shown better than standard.") in text
-    same = study(others([-0.10, -0.12, -0.09, -0.11], [-0.01, +0.02, -0.03, +0.01]))
-    same["seeds"] = [0, 1, 2, 3]
-    (tmp_path / "results" / "fair-dense-long").mkdir()
-    (tmp_path / "results" / fair.FAIR_LONG).write_text(json.dumps(same))
-    assert ("**At 4x the training steps**, 4 seeds at the fair fight's rates, the variants rank as above; Block "
-            "AttnRes is shown better than standard.") in recommendation.recommendation_text(ctx)
-
-
 def test_the_kimi_linear_study_gets_the_same_tables(ctx_of, tmp_path):
     ctx = ctx_of(others([-0.10, -0.12, -0.09, -0.11], [-0.05, -0.06, -0.04, -0.05]))
     kimi = study([*others([-0.02, -0.03, -0.01, -0.02], [-0.08, -0.07, -0.09, -0.08]),
@@ -173,24 +112,3 @@ def test_the_kimi_linear_study_gets_the_same_tables(ctx_of, tmp_path):
     results = fair.fair_kimi_results(ctx)
     assert "| hyper_connections | 0.006 | 4 | +0.122 ± " in results and "fair-kimi-linear/results.json" in results
     assert "| full_attnres |" in fair.fair_kimi_search(ctx)
-
-
-def test_the_answer_says_what_the_kimi_linear_study_found_better_and_worse(ctx_of, tmp_path):
-    ctx = ctx_of(others([-0.10, -0.12, -0.09, -0.11], [-0.05, -0.06, -0.04, -0.05]))
-    assert "Kimi Linear" not in recommendation.recommendation_text(ctx)  # nothing to say before it is run
-    rows = [*others([+0.02, +0.03, +0.01, +0.02], [-0.02, +0.01, -0.03, +0.00]),
-            variant("hyper_connections", "hyper_connections", [+0.12, +0.14, +0.10, +0.13])]
-    rows[0].update(chosen_lr=4.8e-2, edge="high")
-    kimi = study(rows)
-    kimi["settings"]["model"] = {"num_layers": 8, "hidden_size": 64}
-    (tmp_path / "results" / "fair-kimi-linear").mkdir()
-    (tmp_path / "results" / fair.FAIR_KIMI).write_text(json.dumps(kimi))
-    assert fair.verdicts(kimi) == {"best": ["full_attnres"], "better": [],
-                                   "worse": ["block_attnres (N=8)", "delta_block (N=8)", "hyper_connections"],
-                                   "alike": ["full_attnres"]}
-    text = recommendation.recommendation_text(ctx)
-    assert ("**On Kimi Linear** (MoE with MLA and KDA attention, 8 layers x 64) under the same protocol, 4 seeds at "
-            "each variant's own rate, Full AttnRes has the lowest test loss, not distinguishable from standard "
-            "(-0.010 ± ") in text
-    assert ("; Block AttnRes, Delta Block and hyper-connections are worse than standard. The search left "
-            "standard's best rate on its high edge (0.048): it may lie higher.") in text

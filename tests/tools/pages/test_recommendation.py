@@ -1,0 +1,96 @@
+"""The README's answer: the headline follows the protocol's rule on whatever settings are committed, the table
+has a column per setting with Holm's correction marked, and the protocol's own studies replace the 0.2 ones."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tools.pages import recommendation
+from tools.pages.render import Context
+from tools.pages.sources import Results
+
+ROOT = Path(__file__).resolve().parents[3]
+SHARED = ("bench-fp32", "bench-fp32-smollm2", "published")
+BASE = [4.60, 4.70, 4.65, 4.55, 4.62, 4.68, 4.58, 4.66]
+WOBBLE = [0.01, -0.01, 0.02, -0.02, 0.0, 0.01, -0.01, 0.0]
+
+
+def results(gains: dict[str, float], steps=240, seeds=range(8), path_note="fair_dense") -> dict:
+    """A comparison's results: standard and each variant at standard's loss plus its gain and a wobble."""
+    def runs(gain):
+        return [{"seed": s, "final_test_loss": b + gain + (w if gain else 0.0)} for s, b, w in zip(seeds, BASE, WOBBLE)]
+    variants = [{"name": "standard", "residual": "standard", "parameters": 920128, "runs": runs(0.0)}]
+    variants += [{"name": v, "residual": v, "parameters": 924352, "runs": runs(g)} for v, g in gains.items()]
+    return {"command": f"attnres compare --preset {path_note}", "created": "2026-12-06T00:00:00",
+            "machine": {"device_name": "AMD EPYC", "threads": 1, "cpu_capability": "AVX2", "torch": "2.13.0"},
+            "code_path": {"precision": "fp32", "routing_impl": "auto", "routing": "fused"},
+            "settings": {"model": {"num_layers": 16, "hidden_size": 64},
+                         "train": {"steps": steps, "batch_size": 8, "seq_len": 128}},
+            "variants": variants}
+
+
+@pytest.fixture
+def ctx_with(tmp_path):
+    for name in SHARED:
+        shutil.copytree(ROOT / "results" / name, tmp_path / "results" / name)
+
+    def make(**studies) -> Context:
+        for folder, content in studies.items():
+            (tmp_path / "results" / folder).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "results" / folder / "results.json").write_text(json.dumps(content))
+        return Context(Results(tmp_path), "README.md")
+    return make
+
+
+EVERYWHERE = {"block_attnres": -0.10, "hyper_connections": -0.02, "delta_block": 0.03}
+
+
+def test_a_gain_in_every_setting_without_an_equal_time_arm_is_not_recommended(ctx_with):
+    ctx = ctx_with(**{"fair-dense": results(EVERYWHERE), "fair-pydocs": results(EVERYWHERE),
+                      "fair-kimi-linear": results(EVERYWHERE)})
+    text = recommendation.recommendation_text(ctx)
+    assert text.startswith("**No variant wins everywhere at this scale.** Block AttnRes leads on the dense decoder, "
+                           "the second corpus and Kimi Linear")
+    assert "no equal-time arm has run yet" in text
+
+
+def test_with_the_equal_time_arm_the_rule_recommends_and_says_why(ctx_with):
+    ctx = ctx_with(**{"fair-dense": results(EVERYWHERE), "fair-pydocs": results(EVERYWHERE),
+                      "fair-kimi-linear": results(EVERYWHERE),
+                      "protocol-equal-time": results({"block_attnres": -0.05})})
+    text = recommendation.recommendation_text(ctx)
+    assert text.startswith("**Use Block AttnRes** (`residual: block_attnres`): better than standard on the dense "
+                           "decoder after Holm's correction (-0.100, Holm p < 0.001)")
+    assert "in every replication (pooled -0.100 [" in text and text.endswith("and at equal training time.")
+
+
+def test_a_replication_of_the_other_sign_is_named(ctx_with):
+    worse_on_kimi = {**EVERYWHERE, "block_attnres": 0.2}
+    ctx = ctx_with(**{"fair-dense": results(EVERYWHERE), "fair-kimi-linear": results(worse_on_kimi)})
+    text = recommendation.recommendation_text(ctx)
+    assert ("Block AttnRes leads on the dense decoder (on the dense decoder -0.100, Holm p < 0.001) but is worse "
+            "than standard on Kimi Linear; hyper-connections lead on Kimi Linear") in text
+
+
+def test_the_table_has_a_column_per_setting_and_bolds_what_survives_holm(ctx_with):
+    ctx = ctx_with(**{"fair-dense": results(EVERYWHERE), "fair-kimi-linear": results({"block_attnres": 0.001})})
+    table = recommendation.recommendation_table(ctx).splitlines()
+    assert table[0] == ("| residual | dense | Kimi Linear | equal time | train step, fp32, 24x256 / 30x576 | "
+                        "parameters |")
+    block = next(line for line in table if line.startswith("| `block_attnres` |"))
+    assert "| **-0.100\u00a0±\u00a0" in block and "| +0.001\u00a0±\u00a0" in block and "| not run |" in block
+    assert "| +0.5\u00a0% |" in block and table[2].endswith("| 0.92M |")
+    assert any(line.startswith("| `mhc` (secondary) | - |") for line in table)
+
+
+def test_the_protocols_study_replaces_the_0_2_one_when_it_lands(ctx_with):
+    ctx = ctx_with(**{"fair-dense": results(EVERYWHERE),
+                      "protocol-dense": results({"hyper_connections": -0.3}, steps=1840, seeds=range(1000, 1008),
+                                                path_note="protocol_dense")})
+    found = recommendation.setting_results(ctx)
+    assert found["dense"][0] == "protocol-dense/results.json"
+    notes = recommendation.recommendation_notes(ctx)
+    assert "dense: 16 layers x 64, 1840 steps of 8 x 128 tokens, 8 seeds, the protocol" in notes
+    assert "0.2 protocol" not in notes
