@@ -73,6 +73,11 @@ def _compare(args: argparse.Namespace) -> int:
     preset = load_preset(args.preset, args.set)
     out = Path(args.out or f"reports/compare-{preset.name}")
     check_run_options(out, args.seeds)
+    if args.dry_run:
+        from attnres.compare.plan import plan_protocol, plan_text
+
+        print(plan_text(plan_protocol(preset, out, seeds=args.seeds)))
+        return 0
     results = run_preset(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
                          device=args.device, shard=parse_shard(args.shard))
     _print_outcome(results, args.shard, out)

@@ -43,6 +43,10 @@ def _compare_parser(sub) -> None:
                               "train.steps=100 --set cost.repeats=20 --set protocol.grid_seeds=1; repeatable "
                               "(default: none)")
     compare.add_argument("--device", default="cpu", help=DEVICE_HELP)
+    compare.add_argument("--dry-run", action="store_true",
+                         help="print the protocol's plan (every run, parameters, tokens per parameter, FLOPs, "
+                              "GPU-hours, torchrun commands), train nothing and write nothing; needs a preset "
+                              "with a protocol section")
     compare.add_argument("--shard", default=None, metavar="I/N",
                          help="train only runs I, I+N, ... (with a protocol: the seeds I mod N, waiting where a "
                               "stage needs the other shards' runs) and write no report (N processes share a "
