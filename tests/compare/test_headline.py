@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attnres.compare.headline import Evidence, draw_headline, setting_differences
+from attnres.analysis.contrasts import paired_differences
+from attnres.compare.headline import Evidence, draw_headline
 
 ROOT = Path(__file__).resolve().parents[2]
 # zero mean over the first 8 and over all 16
@@ -93,24 +94,15 @@ def test_leads_name_the_lowest_mean_in_each_setting_and_standard_where_nothing_i
     assert headline.leads == {"main": "hyper_connections", "kjv": "standard"}
 
 
-def test_failed_runs_count_at_the_threshold_against_their_variant():
-    results = {"protocol": {"failure_threshold": 6.0}, "variants": [
-        {"name": "standard", "residual": "standard", "runs": [{"seed": 1000, "final_test_loss": 4.0},
-                                                              {"seed": 1001, "final_test_loss": 4.1}]},
-        {"name": "hyper_connections", "residual": "hyper_connections",
-         "runs": [{"seed": 1000, "final_test_loss": math.nan}, {"seed": 1001, "final_test_loss": 3.9}]}]}
-    assert setting_differences(results) == {"hyper_connections": [pytest.approx(2.0), pytest.approx(-0.2)]}
-
-
 def committed(study: str) -> dict:
     return json.loads((ROOT / "results" / study / "results.json").read_text())
 
 
 def test_the_committed_fair_fight_files_do_not_recommend_hyper_connections_unconditionally():
     primary = ("block_attnres", "hyper_connections", "delta_block")
-    evidence = Evidence(main=setting_differences(committed("fair-dense"), primary),
-                        replications={"python-docs": setting_differences(committed("fair-pydocs"), primary),
-                                      "kimi_linear": setting_differences(committed("fair-kimi-linear"), primary)})
+    evidence = Evidence(main=paired_differences(committed("fair-dense"), primary),
+                        replications={"python-docs": paired_differences(committed("fair-pydocs"), primary),
+                                      "kimi_linear": paired_differences(committed("fair-kimi-linear"), primary)})
     headline = draw_headline(evidence)
     hc = headline.verdicts["hyper_connections"]
     assert "hyper_connections" not in headline.recommended and headline.recommended == []

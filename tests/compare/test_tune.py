@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 import attnres.compare.run_comparison as compare_run
+import attnres.compare.tune as tune
 import attnres.train.trainer as trainer
 from attnres.cli import main
 from attnres.compare.presets import load_preset
@@ -177,3 +178,35 @@ def test_run_preset_takes_the_protocol_where_the_preset_has_one(name, runner, tm
     preset = load_preset(name)
     assert run_preset(preset, tmp_path, seeds=1, device="cpu") == {"ran": runner}
     assert calls == [(runner, preset.name, tmp_path, {"seeds": 1, "device": "cpu"})]
+
+
+def test_the_fitted_protocol_runs_end_to_end_with_fresh_final_seeds(tmp_path, monkeypatch):
+    # the protocol of docs/explanation/protocol.md in miniature: three rates, a fitted choice, final seeds
+    # from 1000 (3 for the primary variant, 2 for the secondary), the failure threshold recorded
+    monkeypatch.setenv("ATTNRES_CACHE", str(tmp_path / "cache"))
+    protocol = {"lr_grid": [3e-3, 6e-3, 1.2e-2], "grid_seeds": 1, "max_extensions": 0, "choice": "fit",
+                "final_seed_start": 1000, "primary": ["standard"], "secondary_seeds": 2}
+    preset = load_preset(write_preset(tmp_path, protocol=protocol, seeds=3))
+    entropy = tune.failure_threshold(preset)
+    assert 0 < entropy < np.log(300)  # the training split's unigram entropy, below a uniform guess's loss
+    # four steps learn less than token frequencies, so every run would count as failed: raise the bar here
+    monkeypatch.setattr(tune, "failure_threshold", lambda preset: 50.0)
+    trained = count_training(monkeypatch)
+    results = run_protocol(preset, tmp_path / "fit", log=lambda *_: None)
+    standard, block = results["variants"]
+    assert [r["seed"] for r in standard["runs"]] == [1000, 1001, 1002]
+    assert [r["seed"] for r in block["runs"]] == [1000, 1001]
+    assert standard["primary"] and not block["primary"]
+    for variant in results["variants"]:
+        fit = variant["fit"]
+        assert fit["window"] == [3e-3, 6e-3, 1.2e-2] and fit["highest_stable"] in (6e-3, 1.2e-2, 3e-3)
+        assert variant["chosen_lr"] == fit["rate"] and all(r["lr"] == fit["rate"] for r in variant["runs"])
+        assert all(r["tail_train_loss"] is not None for r in variant["runs"])
+    assert results["protocol"]["failure_threshold"] == 50.0
+    assert results["tokens"]["per_run"] == 4 * 2 * 32
+    assert len(trained) == 3 + 3 + 3 + 2  # the grid of both, then the final runs, none reused
+    assert not any("/seed1" in t and "/seed100" not in t for t in trained)  # grid seeds are 0 only
+    report = (tmp_path / "fit" / "report.md").read_text()
+    assert "## Fitted rates" in report and "## Tests" in report and "Holm p" in report
+    saved = json.loads((tmp_path / "fit" / "results.json").read_text())
+    assert saved["analysis"]["contrasts"]["block_attnres"]["family"] == "secondary"

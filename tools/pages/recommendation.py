@@ -8,7 +8,8 @@ import json
 import math
 
 from attnres.analysis.inference import holm, paired_t
-from attnres.compare.headline import MAIN, Evidence, draw_headline, setting_differences
+from attnres.analysis.contrasts import paired_differences
+from attnres.compare.headline import MAIN, Evidence, draw_headline
 from attnres.report.compare_report import signed
 from tools.pages import costs, fair
 from tools.pages.published import PUBLISHED, VARIANT_NAMES, _entries
@@ -47,7 +48,7 @@ def setting_results(ctx) -> dict[str, tuple[str, dict]]:
 
 def _equal_time(ctx) -> dict[str, list[float]]:
     try:
-        return setting_differences(ctx.results.json(EQUAL_TIME), PRIMARY)
+        return paired_differences(ctx.results.json(EQUAL_TIME), PRIMARY)
     except ResultMissing:
         return {}
 
@@ -57,8 +58,8 @@ def evidence(ctx) -> Evidence:
     found = setting_results(ctx)
     (main, (_, main_results)), *others = found.items()
     step = costs.ratios(ctx.results.json(costs.FP32))
-    return Evidence(main=setting_differences(main_results, PRIMARY),
-                    replications={s: setting_differences(r, PRIMARY) for s, (_, r) in others},
+    return Evidence(main=paired_differences(main_results, PRIMARY),
+                    replications={s: paired_differences(r, PRIMARY) for s, (_, r) in others},
                     equal_time=_equal_time(ctx),
                     step_cost={v: step.get(v, {}).get("train_step", math.inf) for v in PRIMARY})
 
@@ -146,7 +147,7 @@ def recommendation_table(ctx) -> str:
     found = setting_results(ctx)
     per_setting = {}
     for setting, (_, results) in found.items():
-        diffs = setting_differences(results)
+        diffs = paired_differences(results)
         marks = {**_family_marks({v: d for v, d in diffs.items() if v in PRIMARY}),
                  **_family_marks({v: d for v, d in diffs.items() if v in SECONDARY})}
         per_setting[setting] = (diffs, marks)

@@ -8,7 +8,8 @@ A primary variant is recommended over standard only if all three hold:
 3. its equal-time contrast has a negative mean (a missing arm fails this).
 Otherwise no variant is recommended, and the headline says where each one leads.
 
-`setting_differences` reads a comparison's results.json; `draw_headline` applies the rule.
+`draw_headline` applies the rule to differences that `attnres.analysis.contrasts.paired_differences`
+reads from each setting's results.
 """
 
 from __future__ import annotations
@@ -20,34 +21,6 @@ from attnres.analysis.inference import PairedTest, Pooled, best_by_paired_compar
 
 ALPHA = 0.05
 MAIN = "main"
-
-
-def setting_differences(results: dict, residuals=None, threshold: float | None = None) -> dict[str, list[float]]:
-    """Per variant of a comparison's results (by residual name; `residuals` keeps only those), its final
-    test loss minus standard's on the same seed, for the seeds both have, in seed order. A loss that is
-    not finite or above `threshold` (default: the results' protocol.failure_threshold, if any) counts at
-    the threshold: a failed run counts against its variant."""
-    if threshold is None:
-        threshold = (results.get("protocol") or {}).get("failure_threshold", math.inf)
-
-    def losses(variant: dict) -> dict[int, float]:
-        out = {}
-        for run in variant["runs"]:
-            loss = run.get("final_test_loss")
-            if loss is None:
-                continue
-            out[run["seed"]] = threshold if not math.isfinite(loss) or loss > threshold else loss
-        return out
-
-    by_residual = {}
-    for variant in results["variants"]:
-        if "[" in variant["name"] or variant["residual"] in by_residual:  # router ablations; one row per residual
-            continue
-        by_residual[variant["residual"]] = losses(variant)
-    base = by_residual["standard"]
-    keep = by_residual if residuals is None else {r: by_residual[r] for r in residuals if r in by_residual}
-    return {residual: [values[s] - base[s] for s in sorted(set(values) & set(base))]
-            for residual, values in keep.items() if residual != "standard"}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from attnres.analysis.contrasts import setting_tests
 from attnres.analysis.intervals import ci95_halfwidth, mean
 from attnres.common.atomic import write_atomic
 from attnres.report.compare_report import signed
@@ -107,12 +108,78 @@ def ties_sentence(summary: dict) -> str:
             f"distinguishable from it (the 95 % interval of the paired difference includes 0).")
 
 
+def analysis_of(results: dict) -> dict | None:
+    """The protocol's tests of a fitted study (`attnres.analysis.contrasts.setting_tests`); None for the 0.2
+    protocol, whose final runs reuse the search's seeds."""
+    if results["protocol"].get("choice") != "fit":
+        return None
+    primary = [v["residual"] for v in results["variants"] if v.get("primary", True) and v["residual"] != BASELINE]
+    return setting_tests(results, primary)
+
+
+def _p(value) -> str:
+    return "-" if value is None else "< 0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _test_rows(results: dict, analysis: dict) -> list[list[str]]:
+    rows = []
+    for variant in results["variants"]:
+        residual = variant["residual"]
+        failures = analysis["failures"].get(residual) or {}
+        low, high = failures.get("interval") or (None, None)
+        failed = f"{failures.get('failed', 0)} of {failures.get('runs', 0)}" + (
+            "" if low is None else f" [{low:.2f}, {high:.2f}]")
+        entry = analysis["contrasts"].get(residual)
+        if entry is None:
+            rows.append([variant["name"], "baseline" if residual == BASELINE else "-", *["-"] * 5, failed])
+            continue
+        low_ci, high_ci = entry["ci"]
+        rows.append([variant["name"], entry["family"], f"{signed(entry['mean'])} [{low_ci:+.3f}, {high_ci:+.3f}]",
+                     _p(entry["p"]), _p(entry["holm_p"]), _p(entry["tost_p"]), entry["verdict"], failed])
+    return rows
+
+
+def _fit_rows(results: dict) -> list[list[str]]:
+    rows = []
+    for variant in results["variants"]:
+        fit = variant.get("fit") or {}
+        interval = "-" if fit.get("low") is None else f"[{_rate(fit['low'])}, {_rate(fit['high'])}]"
+        stable = "none" if fit.get("highest_stable") is None else _rate(fit["highest_stable"])
+        how = "vertex" if fit.get("vertex_inside") else "edge of the fitted window"
+        rows.append([variant["name"], _rate(variant["chosen_lr"]), interval, how, stable])
+    return rows
+
+
 def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
     protocol, settings = results["protocol"], results["settings"]
     machine = results.get("machine") or {}
     machine_text = ", ".join(f"{k} {v}" for k, v in machine.items()) if isinstance(machine, dict) else str(machine)
     header, searched = search_rows(results)
     data = settings.get("data", {})
+    analysis = analysis_of(results)
+    choice = (
+        f"Its rate is the vertex of a quadratic in log2(rate) fitted to the runs of the five stable rates "
+        f"around a first fit's vertex; a run has failed when its loss is not finite or above "
+        f"{protocol.get('failure_threshold', math.inf):.3f} nats (the training split's unigram entropy), and a "
+        f"choice on the edge extends the search one grid step, at most {protocol['max_extensions']} times. At "
+        f"its rate each variant trains fresh seeds from {protocol.get('final_seed_start')}, none of them a "
+        f"search seed" if analysis is not None else
+        f"Its rate is the one with the lowest mean validation loss; a best rate on the edge of those searched "
+        f"extends the search one grid step further, at most {protocol['max_extensions']} times. At its rate "
+        f"each variant trains {protocol['final_seeds']} seeds (the search's seeds at that rate among them)")
+    tests = [] if analysis is None else [
+        ("h2", "Fitted rates"),
+        ("table", ["variant", "rate", "95 % interval", "chosen at", "highest stable rate"], _fit_rows(results), True),
+        ("h2", "Tests"),
+        ("table", ["variant", "family", "Δ vs standard [95 % CI]", "p", "Holm p", f"TOST p (±{analysis['margin']:g})",
+                   "verdict", "failed runs [95 % CI]"], _test_rows(results, analysis), True),
+        ("p", "Paired t tests of test loss against standard on the same seed; Holm's correction within each "
+              "family; 'equivalent' only where two one-sided tests reject a difference as large as the margin; a "
+              "failed run counts at the failure threshold; failure rates with Clopper-Pearson intervals. "
+              + ("" if analysis["best"] is None else
+                 f"Best-test among the primary variants and standard: {analysis['best']['candidate']} "
+                 f"{'is' if analysis['best']['shown_best'] else 'is not'} shown better than each other one.")),
+    ]
     return [
         ("h1", f"attnres comparison: {results.get('preset', '')} (fair-comparison protocol)"),
         ("p", str(results.get("description") or "")),
@@ -121,24 +188,24 @@ def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
         ("h2", "Protocol"),
         ("p", f"Every variant is trained at each peak learning rate of {', '.join(_rate(r) for r in protocol['lr_grid'])} "
               f"with {protocol['grid_seeds']} seeds (min_lr = {settings['min_lr_ratio']:g} × the rate, every other "
-              f"setting the same). Its rate is the one with the lowest mean validation loss; a best rate on the edge "
-              f"of those searched extends the search one grid step further, at most {protocol['max_extensions']} "
-              f"times. At its rate each variant trains {protocol['final_seeds']} seeds (the search's seeds at that "
-              f"rate among them) and is reported on the test split: {data.get('test_fraction')} of the documents, "
-              f"held out by document like validation ({data.get('val_fraction')}); no choice reads it."),
+              f"setting the same). {choice}, and is reported on the test split: {data.get('test_fraction')} of the "
+              f"documents, held out by document like validation ({data.get('val_fraction')}); no choice reads it."),
         ("h2", "Learning-rate search"),
         ("table", header, searched, True),
         ("p", f"Mean validation loss over {protocol['grid_seeds']} seeds at each rate; the chosen rate's in bold. "
               "'diverged': a seed's loss was not finite."),
         ("figure", figure, "validation loss against learning rate",
          "Mean validation loss against peak learning rate, one line per variant; the circle marks its chosen rate."),
+        *tests,
         ("h2", "Results on the test split"),
         ("table", ["variant", "lr", "seeds", "test loss", "Δ vs standard", "vs best", "val loss"],
          _result_rows(results, summary), True),
         ("p", "Test loss in nats/token at the end of training: mean ± the half-width of its 95 % Student-t interval "
               "over seeds. Δ vs standard: the difference paired by seed, mean ± 95 % half-width. 'tied': the paired "
               "difference to the best variant has a 95 % interval that includes 0. Val loss: the final runs' mean "
-              "validation loss, the split the rates were chosen on. " + ties_sentence(summary)),
+              "validation loss, the split the rates were chosen on. "
+              + (ties_sentence(summary) if analysis is None else "'vs best' is uncorrected: the Tests above say "
+                 "what is shown.")),
         ("h2", "Runs"),
         ("table", ["variant", "lr", "seed", "val loss", "test loss"],
          [[v["name"], _rate(r["lr"]), str(r["seed"]), f"{r['final_val_loss']:.4f}", f"{r['final_test_loss']:.4f}"]
@@ -166,6 +233,8 @@ def write_protocol_report(results: dict, out_dir: Path) -> list[Path]:
                            f"Learning-rate search ({results.get('preset', '')})",
                            series_styles({v["name"]: v for v in results["variants"]}))
     blocks = _document(results, summary, figure)
-    return [write_atomic(out_dir / "results.json", dumps_json(jsonable({**results, "summary": summary})) + "\n"),
+    analysis = analysis_of(results)
+    extra = {"summary": summary, **({"analysis": analysis} if analysis is not None else {})}
+    return [write_atomic(out_dir / "results.json", dumps_json(jsonable({**results, **extra})) + "\n"),
             write_atomic(out_dir / "report.md", render_markdown(blocks)),
             write_atomic(out_dir / "index.html", render_html(blocks)), out_dir / figure]
