@@ -44,6 +44,11 @@ def test_smoke_compare_writes_every_report_file(tmp_path, monkeypatch, captured_
     assert summary["full_attnres"]["peak_memory_ratio"] > 1.0  # a router per sub-layer: more parameters
     report = (out / "report.md").read_text()
     html = (out / "index.html").read_text()
+    # what one seed can show, the headline rule on its own data, and the command that runs the protocol
+    assert results["headline"] == {"seeds": 1, "loss": "final_val_loss", "survives": [], "recommended": [],
+                                   "protocol": "tools/studies/protocol.sh protocol_dense"}
+    assert "## What these seeds can show" in report and "**1 seed per variant.**" in report
+    assert "it recommends no variant from this run" in report and "tools/studies/protocol.sh protocol_dense" in report
     expected_pngs = {"val_loss.png", "cost.png", "max_weight_by_depth.png", "hidden_rms_by_depth.png",
                      "routing_full_attnres.png", "routing_block_attnres-N-4.png", "routing_delta_attnres.png",
                      "routing_delta_block-N-4.png", "routing_mhc.png"}

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnres.analysis.contrasts import paired_differences
-from attnres.compare.headline import Evidence, draw_headline
+from attnres.compare.headline import Evidence, comparison_headline, draw_headline
 
 ROOT = Path(__file__).resolve().parents[2]
 # zero mean over the first 8 and over all 16
@@ -108,3 +108,10 @@ def test_the_committed_fair_fight_files_do_not_recommend_hyper_connections_uncon
     assert "hyper_connections" not in headline.recommended and headline.recommended == []
     assert hc.replication_means["kimi_linear"] > 0 and not hc.replicates
     assert headline.verdicts["block_attnres"].holm_p > 0.05  # the 0.2 README's "better" does not survive Holm
+
+
+def test_one_comparison_applies_the_rule_to_its_own_seeds_and_never_recommends():
+    results = committed("fair-dense")  # 8 seeds, every variant: the main contrasts alone
+    headline = comparison_headline(results)
+    assert headline["seeds"] == 8 and headline["loss"] == "final_test_loss"
+    assert headline["survives"] == ["hyper_connections"] and headline["recommended"] == []

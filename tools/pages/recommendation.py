@@ -9,14 +9,13 @@ import math
 
 from attnres.analysis.inference import holm, paired_t
 from attnres.analysis.contrasts import paired_differences
-from attnres.compare.headline import MAIN, Evidence, draw_headline
+from attnres.compare.headline import MAIN, PRIMARY, Evidence, draw_headline
 from attnres.report.compare_report import signed
 from tools.pages import costs, fair
 from tools.pages.published import PUBLISHED, VARIANT_NAMES, _entries
 from tools.pages.seeds import table
 from tools.pages.sources import ResultMissing, provenance
 
-PRIMARY = ("block_attnres", "hyper_connections", "delta_block")  # docs/explanation/protocol.md; standard aside
 SECONDARY = ("full_attnres", "delta_attnres", "denseformer", "mhc")
 # The settings in the table's order: the protocol's result file where it has landed, else the 0.2 protocol's.
 # The first is the main setting; the others are replications; "equal time" holds per variant the runs of

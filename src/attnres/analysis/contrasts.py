@@ -33,15 +33,16 @@ def _by_residual(results: dict) -> dict[str, dict]:
     return out
 
 
-def paired_differences(results: dict, residuals=None, threshold: float | None = None) -> dict[str, list[float]]:
-    """Per variant (by residual; `residuals` keeps only those), its final test loss minus standard's on the
-    same seed, for the seeds both have, in seed order. A run that failed (loss not finite or above
+def paired_differences(results: dict, residuals=None, threshold: float | None = None,
+                       key: str = "final_test_loss") -> dict[str, list[float]]:
+    """Per variant (by residual; `residuals` keeps only those), its final test loss (`key`) minus standard's on
+    the same seed, for the seeds both have, in seed order. A run that failed (loss not finite or above
     `threshold`, default the results' protocol.failure_threshold) counts at the threshold, against its variant."""
     threshold = _threshold(results, threshold)
 
     def losses(variant: dict) -> dict[int, float]:
-        return {run["seed"]: threshold if _failed(run["final_test_loss"], threshold) else run["final_test_loss"]
-                for run in variant["runs"] if "final_test_loss" in run}
+        return {run["seed"]: threshold if _failed(run[key], threshold) else run[key]
+                for run in variant["runs"] if key in run}
 
     variants = {r: losses(v) for r, v in _by_residual(results).items()}
     base = variants["standard"]

@@ -17,10 +17,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from attnres.analysis.contrasts import paired_differences
 from attnres.analysis.inference import PairedTest, Pooled, best_by_paired_comparisons, holm, paired_t, random_effects
 
 ALPHA = 0.05
 MAIN = "main"
+PRIMARY = ("block_attnres", "hyper_connections", "delta_block")  # docs/explanation/protocol.md, besides standard
+PROTOCOL_COMMAND = "tools/studies/protocol.sh protocol_dense"
 
 
 @dataclass(frozen=True)
@@ -111,3 +114,18 @@ def draw_headline(evidence: Evidence, alpha: float = ALPHA) -> Headline:
         best_variant = min(means, key=means.get) if means else None
         leads[setting] = best_variant if best_variant is not None and means[best_variant] < 0 else "standard"
     return Headline(passing, verdicts, leads, best_shown or len(passing) == 1)
+
+
+def comparison_headline(results: dict) -> dict:
+    """The rule applied to one comparison's own runs (`attnres compare` without a protocol), as plain data for
+    its report: {"seeds", "loss" (the key compared: test loss where every run has one, else validation),
+    "survives": the primary variants better than standard after Holm's correction, "recommended" (always
+    empty: one comparison has no replication and no equal-time arm), "protocol": the command that runs it}."""
+    runs = [r for v in results["variants"] for r in v["runs"]]
+    key = "final_test_loss" if runs and all("final_test_loss" in r for r in runs) else "final_val_loss"
+    diffs = paired_differences(results, PRIMARY, key=key)
+    seeds = min((len(d) for d in diffs.values()), default=0)
+    headline = draw_headline(Evidence(main=diffs)) if seeds >= 2 else None
+    survives = [] if headline is None else [v for v, verdict in headline.verdicts.items() if verdict.survives]
+    return {"seeds": seeds, "loss": key, "survives": survives,
+            "recommended": [] if headline is None else headline.recommended, "protocol": PROTOCOL_COMMAND}

@@ -17,6 +17,7 @@ from attnres.common.atomic import write_atomic
 from attnres.common.errors import InputError
 from attnres.common.machine import machine_info
 from attnres.compare.cost_measurement import measure_costs
+from attnres.compare.headline import comparison_headline
 from attnres.compare.presets import ComparePreset, variant_run, variant_slug
 from attnres.compare.progress import CompareProgress
 from attnres.data import eval_batches, prepare_data
@@ -94,6 +95,7 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
         cost = _measure_cost(preset, plan, device, display)
         display.phase("writing the report")
         results = _results(preset, command, device, seed_list, variants, cost)
+        results["headline"] = comparison_headline(results)
         write_report(results, out_dir)
         return results
     finally:

@@ -286,6 +286,31 @@ def _cost_blocks(results: dict, summary: dict) -> list[tuple]:
 
 # ---------------------------------------------------------------- documents
 
+def _evidence_blocks(results: dict) -> list[tuple]:
+    """What the run's seeds can and cannot show, and the headline rule on its own data (results["headline"],
+    `attnres.compare.headline.comparison_headline`)."""
+    headline = results.get("headline")
+    if not headline:
+        return []
+    loss = "test" if headline["loss"] == "final_test_loss" else "validation"
+    protocol = (f"The headline rule (docs/explanation/protocol.md) also needs replications on another corpus and "
+                f"architecture and an equal-time arm, which one comparison does not have: it recommends no "
+                f"variant from this run. To run the protocol: `{headline['protocol']}` (`attnres compare --preset "
+                f"protocol_dense --dry-run` prints its plan).")
+    if headline["seeds"] < 2:
+        text = (f"**{headline['seeds']} seed per variant.** Each difference to standard above is one draw: it has no "
+                f"interval, and no variant is shown better, worse or equivalent. At this size a run's {loss} loss "
+                f"moves from seed to seed by about as much as the variants differ, so the ranking above may not "
+                f"repeat. ")
+    else:
+        survives = headline["survives"]
+        shown = (", ".join(survives) + (" is" if len(survives) == 1 else " are") + " better than standard"
+                 if survives else "no primary variant is shown better than standard")
+        text = (f"**{headline['seeds']} seeds per variant.** On {loss} loss, paired by seed with Holm's correction "
+                f"over the primary variants (Block AttnRes, hyper-connections, Delta Block), {shown}. ")
+    return [("h2", "What these seeds can show"), ("p", text + protocol)]
+
+
 def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]]) -> list[tuple]:
     """The report as blocks (see `attnres.report.document`)."""
     machine = results.get("machine") or {}
@@ -321,6 +346,7 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                         "Train step × and peak memory × are '-': these results hold no cost measurement. ")
                      + "Max weight: token-mean of the largest routing weight over the deepest third of "
                        "multi-source routers (1 = routing picks one source)."),
+               *_evidence_blocks(results),
                *_cost_blocks(results, summary),
                ("h2", "Runs"),
                ("table", RUN_HEADER, [_run_row(v["name"], r) for v in results["variants"] for r in v["runs"]], True),
