@@ -208,5 +208,19 @@ def test_the_fitted_protocol_runs_end_to_end_with_fresh_final_seeds(tmp_path, mo
     assert not any("/seed1" in t and "/seed100" not in t for t in trained)  # grid seeds are 0 only
     report = (tmp_path / "fit" / "report.md").read_text()
     assert "## Fitted rates" in report and "## Tests" in report and "Holm p" in report
+    assert "Each run reads 256 tokens of a" in report and "minus final validation loss" in report
     saved = json.loads((tmp_path / "fit" / "results.json").read_text())
     assert saved["analysis"]["contrasts"]["block_attnres"]["family"] == "secondary"
+
+
+def test_seed_start_pairs_a_comparison_with_a_protocols_final_seeds(tmp_path, monkeypatch):
+    # the equal-time arm: standard alone, longer, on the protocol's final seeds (1000 on)
+    monkeypatch.setenv("ATTNRES_CACHE", str(tmp_path / "cache"))
+    values = {k: v for k, v in TINY.items() if k != "protocol"}
+    path = tmp_path / "arm.yaml"
+    path.write_text(yaml.safe_dump({**values, "seed_start": 1000, "variants": [{"residual": "standard"}]}))
+    preset = load_preset(str(path))
+    results = compare_run.run_compare(preset, tmp_path / "arm", log=lambda *_: None)
+    assert results["seeds"] == [1000, 1001] and [r["seed"] for r in results["variants"][0]["runs"]] == [1000, 1001]
+    with pytest.raises(RunConfigError, match="seed_start is for a comparison without a protocol"):
+        load_preset(write_preset(tmp_path, seed_start=1000))

@@ -24,7 +24,7 @@ SETTINGS = {"dense": ("protocol-dense/results.json", fair.FAIR_DENSE),
             "4x steps": (fair.FAIR_LONG,),
             "second corpus": ("protocol-kjv/results.json", fair.FAIR_PYDOCS),
             "Kimi Linear": ("protocol-kimi-linear/results.json", fair.FAIR_KIMI)}
-EQUAL_TIME = "protocol-equal-time/results.json"
+EQUAL_TIME = "protocol-equal-time-{}/results.json"  # per primary variant: standard trained as long as its step costs
 SMOLLM2_SHAPE = "bench-fp32-smollm2/bench.json"
 NBSP = "\u00a0"  # keeps a figure and its interval on one line when a narrow screen wraps the table
 LABELS = {"standard": "standard", "block_attnres": "Block AttnRes", "full_attnres": "Full AttnRes",
@@ -46,10 +46,20 @@ def setting_results(ctx) -> dict[str, tuple[str, dict]]:
 
 
 def _equal_time(ctx) -> dict[str, list[float]]:
-    try:
-        return paired_differences(ctx.results.json(EQUAL_TIME), PRIMARY)
-    except ResultMissing:
-        return {}
+    """Per primary variant with an equal-time arm: its main final runs minus standard's runs of that arm (as many
+    more steps as the variant's step costs, the same seeds), per seed."""
+    (_, main), *_ = setting_results(ctx).values()
+    by_residual = {v["residual"]: v for v in main["variants"]}
+    out = {}
+    for variant in PRIMARY:
+        try:
+            arm = ctx.results.json(EQUAL_TIME.format(variant.replace("_", "-")))
+        except ResultMissing:
+            continue
+        longer = next(v for v in arm["variants"] if v["residual"] == "standard")
+        pair = {"protocol": main.get("protocol") or {}, "variants": [longer, by_residual[variant]]}
+        out[variant] = paired_differences(pair)[variant]
+    return out
 
 
 def evidence(ctx) -> Evidence:
@@ -140,6 +150,13 @@ def _cell(values: list[float] | None, shown: bool) -> str:
     return f"**{text}**" if shown else text
 
 
+def _rate_cell(variant: dict) -> str:
+    """The variant's peak learning rate in the main setting, and its highest stable rate where fitted."""
+    rate = variant.get("chosen_lr")
+    stable = (variant.get("fit") or {}).get("highest_stable")
+    return "-" if rate is None else f"{rate:.3g}" + ("" if stable is None else f" ({stable:.3g})")
+
+
 def recommendation_table(ctx) -> str:
     """Variants x settings: the paired test-loss difference to standard in each, bold where it survives Holm's
     correction within its family; the training step at two shapes; the parameters."""
@@ -154,6 +171,7 @@ def recommendation_table(ctx) -> str:
     steps = [costs.ratios(ctx.results.json(path)) for path in (costs.FP32, SMOLLM2_SHAPE)]
     main_results = next(iter(found.values()))[1]
     parameters = {v["residual"]: v.get("parameters") for v in main_results["variants"] if "[" not in v["name"]}
+    rates = {v["residual"]: _rate_cell(v) for v in main_results["variants"] if "[" not in v["name"]}
     rows = []
     for variant in ("standard", *PRIMARY, *SECONDARY):
         name = f"`{variant}`" + ("" if variant == "standard" or variant in PRIMARY else " (secondary)")
@@ -167,8 +185,9 @@ def recommendation_table(ctx) -> str:
         count, base = parameters.get(variant), parameters.get("standard")
         size = "-" if not count or not base else f"{base / 1e6:.2f}M" if variant == "standard" else \
             f"{(count - base) / base * 100:+.1f}{NBSP}%"
-        rows.append([name, *cells, step, size])
-    header = ["residual", *found, "equal time", "train step, fp32, 24x256 / 30x576", "parameters"]
+        rows.append([name, rates.get(variant, "-"), *cells, step, size])
+    header = ["residual", "its lr (highest stable)", *found, "equal time", "train step, fp32, 24x256 / 30x576",
+              "parameters"]
     return table(header, rows)
 
 
@@ -189,6 +208,8 @@ def recommendation_notes(ctx) -> str:
         "**bold** where it differs from standard after Holm's correction over its family (the three primary "
         "variants; the four secondary ones).",
         "- **Settings**: " + "; ".join(scales) + ".",
+        "- **its lr**: the peak learning rate of the dense setting's search; in brackets, where the protocol "
+        "fitted it, the highest rate at which no run failed.",
         "- **train step**: multiples of standard's median training step, fp32, interleaved in one run, at 24 layers "
         "x 256 and at SmolLM2-135M's 30 layers x 576 ([bench-fp32](results/bench-fp32/bench.json), "
         f"[bench-fp32-smollm2](results/{SMOLLM2_SHAPE})); **parameters**: at the dense setting's size.",

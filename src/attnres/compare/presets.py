@@ -24,7 +24,7 @@ VARIANT_MODEL_KEYS = ("residual", "residual_options")
 VARIANT_TRAIN_KEYS = ("query_init",)
 
 
-PRESET_KEYS = ("description", "run", "variants", "seeds", "cost", "protocol", "rates_from")
+PRESET_KEYS = ("description", "run", "variants", "seeds", "seed_start", "cost", "protocol", "rates_from")
 COST_PREFIX = "cost."  # an override `cost.repeats=10` sets the cost measurement, not the run
 PROTOCOL_PREFIX = "protocol."  # `protocol.lr_grid=[1e-3,2e-3]` sets the learning-rate search
 
@@ -35,7 +35,9 @@ class ComparePreset:
     settings of the cost measurement after training (`cost:`, `CostSettings`) and, for the fair-comparison
     protocol (`attnres.compare.protocol`), its learning-rate search (`protocol:`; None: one rate for all).
     rates: each variant's peak learning rate by name, read from a protocol study's results
-    (`rates_from:`, a folder holding its results.json); None: the run's lr for every variant."""
+    (`rates_from:`, a folder holding its results.json); None: the run's lr for every variant.
+    seed_start: the first seed without a protocol (seeds seed_start ... seed_start + seeds - 1), so that
+    runs pair by seed with a protocol study's final runs (the protocol's equal-time arm)."""
 
     name: str
     description: str
@@ -46,6 +48,7 @@ class ComparePreset:
     protocol: Protocol | None = None
     rates: dict[str, float] | None = None
     rates_from: str | None = None
+    seed_start: int = 0
 
     def run_of(self, variant: dict, seed: int, out_dir: str) -> RunConfig:
         """`variant_run` of this preset's run, at the variant's own rate where `rates` gives one."""
@@ -82,6 +85,8 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
         raise RunConfigError(f"preset {path}: 'variants' must list residual schemes and include standard")
     seeds = values.get("seeds", 1)
     check_int(seeds, f"preset {path}: seeds", error=RunConfigError)
+    seed_start = values.get("seed_start", 0)
+    check_int(seed_start, f"preset {path}: seed_start", minimum=0, error=RunConfigError)
     for variant in variants:  # validate every variant's run now, before any training starts
         variant_run(run, variant, seed=0, out_dir="unused")
     protocol = None
@@ -96,8 +101,11 @@ def load_preset(name_or_path: str, overrides: list[str] = ()) -> ComparePreset:
     if rates is not None and protocol is not None:
         raise RunConfigError(f"preset {path}: set 'protocol' (search the rates) or 'rates_from' (take them from a "
                              f"finished search), not both")
+    if seed_start and protocol is not None:
+        raise RunConfigError(f"preset {path}: seed_start is for a comparison without a protocol; a protocol's final "
+                             f"seeds start at protocol.final_seed_start")
     return ComparePreset(path.stem, values.get("description", ""), run, variants, seeds, cost, protocol, rates,
-                         rates_from)
+                         rates_from, seed_start)
 
 
 def chosen_rates(folder, variants: list[dict], where: str) -> dict[str, float]:

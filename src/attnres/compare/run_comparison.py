@@ -69,7 +69,7 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
     if not (isinstance(count, int) and isinstance(index, int) and 0 <= index < count):
         raise InputError(f"shard must be (i, n) with 0 <= i < n, got {shard!r}")
     out_dir = Path(out_dir)
-    seed_list = list(range(seeds or preset.seeds))
+    seed_list = list(range(preset.seed_start, preset.seed_start + (seeds or preset.seeds)))
     variants = [{"name": variant_name(v), **v, "runs": []} for v in preset.variants]
     plan = []
     for seed in seed_list:  # seeds outer, variants inner: a partial run still compares like with like

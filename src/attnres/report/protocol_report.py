@@ -150,6 +150,19 @@ def _fit_rows(results: dict) -> list[list[str]]:
     return rows
 
 
+def _reading_text(results: dict) -> str:
+    """How often a run reads its training split, and what repetition does: the last tenth's training loss minus
+    the final validation loss, over every final run (a gap that grows with repetition is memorisation)."""
+    tokens = results.get("tokens") or {}
+    gaps = [r["tail_train_loss"] - r["final_val_loss"] for v in results["variants"] for r in v["runs"]
+            if r.get("tail_train_loss") is not None and math.isfinite(r["final_val_loss"])]
+    reads = (f"Each run reads {tokens['per_run']:,} tokens of a {tokens['train_split']:,}-token training split "
+             f"({tokens['per_run'] / tokens['train_split']:.2f} times). ") if tokens.get("train_split") else ""
+    gap = (f"Training loss over the last tenth of steps minus final validation loss, mean over the final runs: "
+           f"{signed(mean(gaps))} nats." if gaps else "")
+    return reads + gap
+
+
 def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
     protocol, settings = results["protocol"], results["settings"]
     machine = results.get("machine") or {}
@@ -168,6 +181,7 @@ def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
         f"extends the search one grid step further, at most {protocol['max_extensions']} times. At its rate "
         f"each variant trains {protocol['final_seeds']} seeds (the search's seeds at that rate among them)")
     tests = [] if analysis is None else [
+        ("p", _reading_text(results)),
         ("h2", "Fitted rates"),
         ("table", ["variant", "rate", "95 % interval", "chosen at", "highest stable rate"], _fit_rows(results), True),
         ("h2", "Tests"),
