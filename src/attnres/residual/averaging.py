@@ -23,10 +23,10 @@ class AveragingScheme(ResidualScheme):
         return [mixer(hidden_size, eps, **options, **({"num_sources": n} if mixer.takes_num_sources else {}))
                 for n in sizes]
 
-    def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
+    def _start(self, embedding: torch.Tensor, record_routing: bool) -> StreamState:
         return self.resume(embedding, [embedding], None, record_routing)
 
-    def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
+    def _after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
         """Advance the stream; at a layer's end its output is a state, and an average may replace the stream."""
         state.stream = state.stream + delta
         if s % 2:

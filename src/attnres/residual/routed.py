@@ -92,7 +92,7 @@ class RoutedScheme(ResidualScheme):
         """x_s runs in mode "add", and in "replace" only for mixers that read it (`needs_stream`)."""
         return self.mode == "add" or any(m.needs_stream for m in self.routers)
 
-    def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
+    def _start(self, embedding: torch.Tensor, record_routing: bool) -> StreamState:
         return self.resume(embedding if self.keeps_stream else None, [embedding], None, record_routing)
 
     def resume(self, stream, sources, partial, record_routing=False) -> StreamState:
@@ -101,14 +101,14 @@ class RoutedScheme(ResidualScheme):
         state.sources = [state.scratch.collect(v) for v in state.sources]
         return state
 
-    def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
+    def _sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
         sources = state.sources
         if state.partial is not None and self.policy.partial_source:
             sources = sources + [state.partial]
         routed = self._mix(s, sources, state)
         return routed if self.mode == "replace" else state.stream + routed
 
-    def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
+    def _after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
         """Advance the stream (where kept) and the block sums."""
         if state.stream is not None and self.policy.block_size > 1 and delta.dtype != state.stream.dtype:
             # Both sums take a bf16 delta in fp32: convert it once rather than in each add (and add
@@ -126,7 +126,7 @@ class RoutedScheme(ResidualScheme):
             state.sources.append(state.scratch.collect(state.partial))
             state.partial = None
 
-    def finish(self, state: StreamState) -> torch.Tensor:
+    def _finish(self, state: StreamState) -> torch.Tensor:
         if self.mode == "replace":
             return self._mix(self.num_routers - 1, state.sources, state)
         return state.stream

@@ -8,6 +8,15 @@ It is also the drop-in API for a model loop of one's own (docs/how-to/drop-in.md
         scheme.after(s, state, sublayer(norm_s(h))) # record the sub-layer's output delta_s
     hidden = scheme.finish(state)                  # the final mixer, where the variant has one
 
+The scheme enforces this protocol: `start` takes a (B, T, hidden_size) embedding, the sub-layers come
+in order 0, 1, ..., 2L - 1, each input read at most once and before its output is reported (a loop
+may skip the read, e.g. a parallel block feeding one input to two sub-layers, except in mode
+"streams", whose read computes the write), each output reported once, and `finish` comes once,
+after the last sub-layer. Anything else raises `InputError` in one line naming the call expected.
+The bookkeeping is two plain Python values on the state (`StreamState.next_sublayer`,
+`input_read`), compared and updated per call: no tensor is read, so no device sync, and under
+torch.compile they are constants of the trace (no graph break).
+
 `ResidualScheme` is the interface and what every mode shares; one class per routing mode computes
 it (`StandardScheme`, `RoutedScheme`, `AveragingScheme`, `StreamScheme`). Other packages ask the
 scheme what they need to know of a variant (what a pipeline stage owns and sends, how to read a
@@ -69,6 +78,10 @@ class StreamState:
     impl:    the routing implementation for this pass ("reference", "lean", "triton" or "fused").
     scratch: what the scheme keeps for this pass only (the routed scheme's fast-path cache, the
              stream scheme's write coefficients).
+    next_sublayer: the protocol's position, a plain int: the sub-layer whose input or output comes
+             next (2L once all are done, 2L + 1 after `finish`); None for a state from `resume`
+             until its first call, which then sets it.
+    input_read: whether sub-layer next_sublayer's input has been read.
     """
 
     stream: torch.Tensor | None
@@ -77,6 +90,8 @@ class StreamState:
     routing: list[torch.Tensor | None] | None = None
     impl: str = "reference"
     scratch: object | None = None
+    next_sublayer: int | None = None
+    input_read: bool = False
 
 
 class ResidualScheme(nn.Module):
@@ -105,6 +120,7 @@ class ResidualScheme(nn.Module):
                  impls: tuple[str, ...] = IMPLS) -> None:
         super().__init__()
         self.num_sublayers, self.policy, self.eps, self.impls = num_sublayers, policy, eps, impls
+        self.hidden_size = hidden_size
         self.routers = nn.ModuleList(self.build_mixers(mixer, hidden_size, eps, dict(mixer_options or {})))
         self.set_routing()
 
@@ -133,8 +149,22 @@ class ResidualScheme(nn.Module):
 
     # ------------------------------------------------------------------ the pass
 
+    # The public calls check the protocol and hand over to the mode's `_start`, `_sublayer_input`,
+    # `_after` and `_finish`, which subclasses override.
+
     def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
-        """Initial state from the token embedding e (B, T, D)."""
+        """Initial state from the token embedding e (B, T, D), D = hidden_size."""
+        if not isinstance(embedding, torch.Tensor):
+            raise InputError(f"start() takes the embedding as a tensor (B, T, {self.hidden_size}), "
+                             f"got {type(embedding).__name__}")
+        if embedding.dim() != 3 or embedding.shape[-1] != self.hidden_size:
+            raise InputError(f"start() takes the embedding as (B, T, {self.hidden_size}), the hidden_size this scheme "
+                             f"was built with; got shape {tuple(embedding.shape)}")
+        state = self._start(embedding, record_routing)
+        state.next_sublayer, state.input_read = 0, False
+        return state
+
+    def _start(self, embedding: torch.Tensor, record_routing: bool) -> StreamState:
         return self.resume(embedding, [], None, record_routing)
 
     def resume(self, stream: torch.Tensor | None, sources: list[torch.Tensor], partial: torch.Tensor | None,
@@ -148,16 +178,67 @@ class ResidualScheme(nn.Module):
                            impl=resolve_impl(self.impl, device, quiet=not self.routes_fast))
 
     def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
-        """h_s (B, T, D): what sub-layer s normalises and transforms."""
-        return state.stream
+        """h_s (B, T, D): what sub-layer s normalises and transforms. Sub-layers come in order, each
+        input read once, before `after(s, ...)`."""
+        expected = state.next_sublayer
+        if expected is None:  # a resumed state: its first call says where it is
+            expected = state.next_sublayer = self._resumed_at(s, "sublayer_input")
+        if s != expected or state.input_read or s >= self.num_sublayers:
+            self._refuse(f"sublayer_input({s}, state)", state)
+        state.input_read = True
+        return self._sublayer_input(s, state)
 
     def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
-        """Record sub-layer s's output delta_s (B, T, D)."""
-        state.stream = state.stream + delta
+        """Record sub-layer s's output delta_s (B, T, D), once, in order (its input read first, where
+        the mode needs it)."""
+        expected = state.next_sublayer
+        if expected is None:
+            expected = state.next_sublayer = self._resumed_at(s, "after")
+        if s != expected or s >= self.num_sublayers or (self.needs_input_read and not state.input_read):
+            self._refuse(f"after({s}, state, delta)", state)
+        self._after(s, state, delta)
+        state.next_sublayer, state.input_read = expected + 1, False
 
     def finish(self, state: StreamState) -> torch.Tensor:
-        """The hidden state (B, T, D) fed to the final norm and the head."""
+        """The hidden state (B, T, D) fed to the final norm and the head: once, after the last
+        sub-layer."""
+        if state.next_sublayer is not None and state.next_sublayer != self.num_sublayers:
+            self._refuse("finish(state)", state)
+        hidden = self._finish(state)
+        state.next_sublayer = self.num_sublayers + 1
+        return hidden
+
+    needs_input_read: ClassVar[bool] = False  # whether `after(s)` needs `sublayer_input(s)` first
+
+    def _sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
         return state.stream
+
+    def _after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
+        state.stream = state.stream + delta
+
+    def _finish(self, state: StreamState) -> torch.Tensor:
+        return state.stream
+
+    def _resumed_at(self, s: int, call: str) -> int:
+        """The position of a resumed state, from its first call's sub-layer index."""
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < self.num_sublayers:
+            raise InputError(f"{call}: the sub-layer index must be an integer from 0 to {self.num_sublayers - 1}, "
+                             f"got {s!r}")
+        return s
+
+    def _refuse(self, call: str, state: StreamState) -> None:
+        """Raise InputError naming `call` and the call the protocol expects instead."""
+        n, total = state.next_sublayer, self.num_sublayers
+        if n == total + 1:
+            expected = "nothing more: finish(state) has run; start a new pass with start(embedding)"
+        elif n == total:
+            expected = f"finish(state): all {total} sub-layers are done"
+        elif state.input_read:
+            expected = f"after({n}, state, delta): sub-layer {n}'s input has been read, its output is next"
+        else:
+            expected = f"sublayer_input({n}, state): {n} of {total} sub-layers are done"
+        raise InputError(f"{call} out of order; the next call is {expected} (sub-layers 0 to {total - 1} each "
+                         f"take sublayer_input(s, state), then after(s, state, delta), in order, then finish(state))")
 
     def _call(self, index: int, mixer_input, state: StreamState, **extra) -> torch.Tensor:
         """Mixer `index` called as a module (hooks see every call) on its sources; records its weights."""

@@ -20,6 +20,7 @@ class StreamScheme(ResidualScheme):
 
     mode = "streams"
     policy: StreamPolicy
+    needs_input_read = True  # the read computes the write coefficients `after` uses
 
     def build_mixers(self, mixer, hidden_size, eps, options):
         if not mixer.mixes_streams:
@@ -28,7 +29,7 @@ class StreamScheme(ResidualScheme):
         return [*(mixer(hidden_size, eps, num_streams=n, index=s, **options) for s in range(self.num_sublayers)),
                 mixer.final(hidden_size, eps, num_streams=n, **options)]
 
-    def start(self, embedding: torch.Tensor, record_routing: bool = False) -> StreamState:
+    def _start(self, embedding: torch.Tensor, record_routing: bool) -> StreamState:
         n = self.policy.num_streams
         return self.resume(embedding.unsqueeze(-2).expand(*embedding.shape[:-1], n, embedding.shape[-1]), [], None,
                            record_routing)
@@ -39,16 +40,16 @@ class StreamScheme(ResidualScheme):
             raise ValueError(f"mode 'streams' resumes from the streams (B, T, n, D), got shape {tuple(stream.shape)}")
         return super().resume(stream, sources, partial, record_routing)
 
-    def sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
+    def _sublayer_input(self, s: int, state: StreamState) -> torch.Tensor:
         state.scratch = []  # the read's write coefficients, for `after`
         h = self._call(s, state.stream, state, lean=state.impl != "reference", written=state.scratch)
         return h.to(state.stream.dtype)
 
-    def after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
+    def _after(self, s: int, state: StreamState, delta: torch.Tensor) -> None:
         state.stream = self.routers[s].write(state.stream, delta, state.scratch[0]).to(state.stream.dtype)
         state.scratch = None
 
-    def finish(self, state: StreamState) -> torch.Tensor:
+    def _finish(self, state: StreamState) -> torch.Tensor:
         hidden = self._call(self.num_routers - 1, state.stream, state, lean=state.impl != "reference")
         return hidden.to(state.stream.dtype)
 
