@@ -27,6 +27,7 @@ from attnres.routing import resolve_impl
 from attnres.train import train
 from attnres.train.evaluate import evaluate
 from attnres.train.metrics import read_metrics
+from attnres.train.resume import check_same_settings
 from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.stability import run_totals
 
@@ -56,7 +57,8 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
 
     A run whose folder holds a finished record with the same settings is not trained again, and an
     interrupted run resumes from its last checkpoint, so a long comparison can be stopped and
-    restarted. shard=(i, n) trains only runs i, i + n, ... (in seed-major order) and writes no
+    restarted; a record or checkpoint of other settings is refused before anything trains, naming
+    them (`attnres.train.resume.check_same_settings`). shard=(i, n) trains only runs i, i + n, ... (in seed-major order) and writes no
     report (returns None): n processes can share the work; a final unsharded call reuses their
     records and writes the report. The cost measurement (`attnres.compare.cost_measurement.measure_costs`, every
     variant interleaved in this process) is made anew by every call that writes the report: a
@@ -77,6 +79,8 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
             run = preset.run_of(spec, seed, str(out_dir / "runs" / variant_slug(spec) / f"seed{seed}"))
             plan.append(_PlannedRun(variant, seed, run, finished_record(run), len(plan) % count == index))
     todo = [p for p in plan if p.record is None and p.mine]
+    for planned in todo:  # an interrupted run of other settings: refused before anything trains
+        check_same_settings(planned.run)
     display = CompareProgress(sum(p.record is not None or p.mine for p in plan), sum(p.record is not None for p in plan),
                               sum(p.run.train.steps for p in todo), log=log, interactive=progress)
     try:
@@ -136,6 +140,8 @@ def _results(preset: ComparePreset, command: str, device: str, seed_list: list[i
 def train_variant(run, name: str, seed: int, device: str, display: CompareProgress) -> dict:
     """Train (or resume) one run and write its record atomically into its folder."""
     resume = bool(checkpoint_dirs(Path(run.out_dir) / "checkpoints"))
+    if resume:  # an interrupted run of other settings is refused, never resumed under this invocation's
+        check_same_settings(run)
     display.start_run(f"{name} seed {seed}", run.train.steps, "resuming" if resume else "training")
     # force: the comparison owns its run folders; one without a checkpoint is started again
     result = train(run, resume=resume, device=device, log=display.note, on_step=display.step, force=True)

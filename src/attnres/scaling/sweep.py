@@ -5,7 +5,8 @@ Every run is an `attnres train` run: in this process (`attnres.train.train`, wha
 calls), or, with a launcher such as "torchrun --nproc-per-node 8", as `<launcher> -m attnres train
 --config <run>/config.yaml` in a child process, so a GPU preset runs on torchrun unchanged. Either way
 the run's record is read back from its folder (metrics.jsonl), written atomically beside it, and
-reused by later calls; an interrupted run resumes from its checkpoint. `--shard I/N` trains a
+reused by later calls; an interrupted run resumes from its checkpoint (one of other settings is
+refused, naming them: `attnres.train.resume.check_same_settings`). `--shard I/N` trains a
 FLOPs-balanced share and writes no report; a last call without it writes the report.
 """
 
@@ -35,6 +36,7 @@ from attnres.scaling.plan import PlannedRun, plan_sweep
 from attnres.scaling.preset import ScalingPreset, size_name
 from attnres.train import TrainingError, train
 from attnres.train.metrics import read_metrics
+from attnres.train.resume import check_same_settings
 from attnres.train.stability import run_totals
 
 RECORD_FILE = "scaling_record.json"  # in each run's folder: its settings and results, once finished
@@ -67,6 +69,8 @@ def _run_planned(preset: ScalingPreset, planned: list[PlannedRun], out_dir: Path
                  progress: bool | None) -> dict | None:
     records = {id(p): finished_record(p.run, RECORD_FILE, RECORD_KEYS) for p in planned}
     todo = [p for p in planned if records[id(p)] is None and p.mine]
+    for p in todo:  # an interrupted run of other settings: refused before anything trains
+        check_same_settings(p.run)
     todo.sort(key=lambda p: p.flops)  # smallest first: a stopped sweep has its small sizes done
     display = CompareProgress(sum(records[id(p)] is not None or p.mine for p in planned),
                               sum(records[id(p)] is not None for p in planned), sum(p.run.train.steps for p in todo),
@@ -137,6 +141,8 @@ def _train_run(p: PlannedRun, device: str, launcher: str | None, display: Compar
     """Train (or resume) one run and write its record atomically into its folder."""
     folder = Path(p.run.out_dir)
     resume = bool(checkpoint_dirs(folder / "checkpoints"))
+    if resume:  # an interrupted run of other settings is refused, never resumed under this invocation's
+        check_same_settings(p.run)
     label = f"{p.size} {p.name} seed {p.seed}"
     display.start_run(label, p.run.train.steps, "resuming" if resume else "training")
     if launcher is None:

@@ -28,6 +28,10 @@ def lr_factor(step: int, config: TrainConfig) -> float:
     return 1.0 - (1.0 - floor) * progress
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    """A LambdaLR applying `lr_factor` to every group (so group lr multipliers are kept)."""
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, config))
+def build_scheduler(optimizer: torch.optim.Optimizer, config: TrainConfig,
+                    step: int = 0) -> torch.optim.lr_scheduler.LambdaLR:
+    """A LambdaLR applying `lr_factor` to every group (so group lr multipliers are kept).
+
+    step: optimizer steps already taken (a resumed run's); above 0 the groups' `initial_lr` are the
+    base rates and each group's lr is set to the rate of step `step` under `config`'s schedule."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: lr_factor(step, config), last_epoch=step - 1)

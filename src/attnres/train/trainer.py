@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from attnres.common.deprecation import warn_deprecated
 from attnres.common.errors import InputError
 from attnres.common.run_lock import RunLock
 from attnres.common.run_options import check_out_dir
-from attnres.data import DataConfig, PreparedData, TokenBatches, eval_batches, prepare_data
+from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
 from attnres.distributed.env import Silent, all_reduce_mean, all_reduce_tensor_sum, current_env, is_main, main_first
 from attnres.distributed.pipeline_layout import PipelineConfigError
@@ -41,13 +42,13 @@ from attnres.model import AttnResLM
 from attnres.model.flops import parameter_count
 from attnres.model.memory_need import FP32_BYTES, check_fits, training_state_bytes
 from attnres.model.moe_balance import expert_routers, take_step_loads, update_score_bias
-from attnres.residual.legacy import upgrade_model_fields
 from attnres.train.train_config import pipeline_setting_error, resolve_parallel
 from attnres.train.diagnostics import routing_diagnostics
 from attnres.train.evaluate import evaluate
 from attnres.train.starting_model import build_model, draw_normal_queries, load_initial_weights
 from attnres.train.metrics import MetricsLogger, records_to_keep
 from attnres.train.optim import build_optimizer
+from attnres.train.resume import applied_changes, apply_settings, check_compatible, optimizer_settings
 from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.schedule import build_scheduler
 
@@ -78,7 +79,10 @@ def train(run: RunConfig, resume: bool = False, device: str | torch.device = "cp
     Writes into run.out_dir: metrics.jsonl, tensorboard/, tokenizer/, checkpoints/step_N/, config.yaml.
     The directory is locked while the run lives (`RunLock`: a second process on it stops at once).
     A fresh run refuses a directory that holds checkpoints, and one that holds a run's other files
-    (`RUN_FILES`) unless `force`; a resume refuses train.steps below the checkpoint's step.
+    (`RUN_FILES`) unless `force`; a resume refuses train.steps below the checkpoint's step, and a
+    model, data, seq_len, batch_size, grad_accum, seed, query_init or init_from other than the
+    checkpoint's; every other setting that differs is applied from the next step, with one line on
+    stderr naming the old and new value (`attnres.train.resume`).
     Raises TrainingError on a non-finite loss (nothing is saved for that step; the last good
     checkpoint stays) and CheckpointError for a corrupt or mismatched checkpoint. Resuming reads
     either checkpoint format at any world size and parallel kind. on_step(record) is called on rank 0
@@ -102,6 +106,7 @@ class Trainer:
         self.run_dir = Path(run.out_dir)
         self.checkpointer = Checkpointer(self.run_dir / "checkpoints", self.cfg.keep_checkpoints, self.mode)
         self.step, self.val_loss, self.step_times = 0, math.nan, []
+        self.changes: list[str] = []  # on resume: the settings that differ from the checkpoint's, applied
         self._hf_files: dict[str, bytes] | None = None  # config, generation defaults, tokenizer: built on first save
         # One process per run directory: a second one stops here, before it reads or writes anything.
         if self.main:
@@ -142,10 +147,15 @@ class Trainer:
                                                                  self.cfg.batch_size, self.cfg.eval_batches)]
         self.val_batches = [self.parallel.local_rows(b) for b in self.full_val]
         if checkpoint is not None:
+            settings = optimizer_settings(self.optimizer)  # the checkpoint's replace them on loading
             self.checkpointer.restore_training(checkpoint, self.model, self.optimizer, self.scheduler)
+            # this run's rates, weight decay and betas; its schedule rebuilt from them at the checkpoint's step
+            self.scheduler = apply_settings(self.optimizer, settings, self.cfg, self.scheduler.last_epoch)
             self.loader.load_state_dict(checkpoint.state["extra"]["data"])
             self._restore_stability(checkpoint)
             self.step = checkpoint.step
+            for line in self.changes if self.main else ():
+                _note(line)
             self.log(f"resumed from {checkpoint.path} at step {self.step}")
         self.last_saved = checkpoint.path if checkpoint is not None else None
         self.metrics = (MetricsLogger(self.run_dir, self.cfg.tensorboard,
@@ -179,6 +189,7 @@ class Trainer:
         if self.cfg.steps < checkpoint.step:
             raise InputError(f"train.steps is {self.cfg.steps}, below the step of the checkpoint to resume "
                              f"({checkpoint.step}, {checkpoint.path}); set train.steps to at least {checkpoint.step}")
+        self.changes = applied_changes(checkpoint.run_config, self.run, checkpoint.step)
         return checkpoint
 
     def _starting_model(self, checkpoint: Checkpoint | None) -> AttnResLM:
@@ -330,28 +341,6 @@ class Trainer:
         return self.last_saved
 
 
-def check_compatible(saved: dict, run: RunConfig) -> None:
-    """Refuse to resume when the model, data or the settings that fix the batch order differ (how
-    routing is computed may differ; a checkpoint's model section in any version's form is compared
-    as today's, `attnres.residual.legacy`)."""
-    current = run.to_dict()
-    saved = {**saved, "model": upgrade_model_fields(saved.get("model", {}), flat_options=True)[0]}
-    # a data field added since the checkpoint was written takes its default, as RunConfig.from_dict reads it
-    saved = {**saved, "data": {**DataConfig().to_dict(), **saved.get("data", {})}}
-    differences = []
-    for section in ("model", "data"):
-        for key in sorted(set(saved.get(section, {})) | set(current[section])):
-            if saved.get(section, {}).get(key) != current[section].get(key):
-                differences.append(f"{section}.{key}: checkpoint {saved.get(section, {}).get(key)!r}, "
-                                   f"config {current[section].get(key)!r}")
-    for key in ("seq_len", "batch_size", "grad_accum", "seed"):
-        if saved.get("train", {}).get(key) != current["train"][key]:
-            differences.append(f"train.{key}: checkpoint {saved.get('train', {}).get(key)!r}, "
-                               f"config {current['train'][key]!r}")
-    if differences:
-        raise CheckpointError("the checkpoint does not match this config: " + "; ".join(differences))
-
-
 @contextlib.contextmanager
 def deterministic_algorithms() -> Iterator[None]:
     """PyTorch's deterministic algorithms (warn only) for the with-block; the process's previous
@@ -366,3 +355,8 @@ def deterministic_algorithms() -> Iterator[None]:
 
 def _quiet(*args, **kwargs) -> None:
     """`log` on ranks other than 0."""
+
+
+def _note(line: str) -> None:
+    """A setting a resume changed, on stderr (rank 0)."""
+    print(line, file=sys.stderr)
