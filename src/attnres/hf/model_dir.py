@@ -4,13 +4,16 @@ one line that names the file and what would work (transformers' own errors for t
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
+import torch
 from safetensors import SafetensorError, safe_open
 
+from attnres.checkpoint.weights import header_shapes, pickle_shapes, weights_misfit
 from attnres.common.errors import InputError
 from attnres.common.json_files import CONFIG_FILE, read_json_object
-from attnres.model import ModelConfig
+from attnres.model import AttnResLM, ModelConfig
 
 WHAT_WORKS = "give a directory written by `attnres convert` or a training checkpoint (runs/X/checkpoints/step_N)"
 BIN_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -20,8 +23,9 @@ def check_model_dir(model_dir: str | Path, what: str = "MODEL") -> dict:
     """config.json's values of the attnres model directory `model_dir`; InputError (naming it as `what`,
     the command's argument) for a config.json that is missing or not a JSON object (`read_json_object`'s
     JSONFileError), of another model type or with invalid fields, no weight file, or a safetensors file whose
-    header does not parse or whose data does not cover the file (corrupt, truncated). Reads the
-    headers only, not the weights."""
+    header does not parse or whose data does not cover the file (corrupt, truncated), and weights that
+    are not exactly the model's: a missing, unexpected or mis-shaped tensor (`_check_weights_fit`). Reads
+    the headers only, not the weights."""
     path = Path(model_dir)
     name = f"{what} {str(path)!r}"
     values = read_json_object(path / CONFIG_FILE, name, hint=WHAT_WORKS)
@@ -30,7 +34,7 @@ def check_model_dir(model_dir: str | Path, what: str = "MODEL") -> dict:
         raise InputError(f"{name} holds a {model_type!r} model, not an attnres one; convert it first: "
                          f"attnres convert {path} --out DIR")
     try:
-        ModelConfig.from_hf_dict(values)
+        config = ModelConfig.from_hf_dict(values)
     except InputError as error:
         raise InputError(f"{name}: config.json: {error}") from None
     weights = sorted(p for p in path.glob("*.safetensors") if p.name != "trainer.safetensors")
@@ -43,7 +47,45 @@ def check_model_dir(model_dir: str | Path, what: str = "MODEL") -> dict:
         except (SafetensorError, OSError) as error:
             raise InputError(f"{name}: {file.name} is corrupt or truncated ({error}); convert the model again, or "
                              f"take another checkpoint") from None
+    _check_weights_fit(path, name, config, weights)
     return values
+
+
+def _check_weights_fit(path: Path, name: str, config: ModelConfig, weights: list[Path]) -> None:
+    """InputError naming every missing, unexpected or mis-shaped tensor of the directory's weight files
+    against the model its config.json describes (`weights_misfit`, the check `analyze` and `finetune`
+    make), read from the headers: transformers would fill a missing tensor randomly and go on."""
+    if weights:
+        shapes = header_shapes(weights)
+    else:  # pytorch_model.bin, or the shards its index names
+        index = path / BIN_WEIGHTS[1]
+        files = [path / BIN_WEIGHTS[0]] if (path / BIN_WEIGHTS[0]).is_file() else [
+            path / shard for shard in sorted(set(_bin_index_shards(index, name)))]
+        try:
+            shapes = pickle_shapes(files)
+        except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError, TypeError, KeyError,
+                AttributeError, IndexError) as error:  # torch.load's errors for a damaged pickle
+            problem = " ".join(str(error).split())
+            raise InputError(f"{name}: its pytorch_model.bin weights cannot be read ({problem}); convert the model "
+                             f"again, or take another checkpoint") from None
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        model = AttnResLM(config)
+    misfit, _ = weights_misfit(model, shapes)
+    if misfit:
+        raise InputError(f"{name}: its weights do not fit the model its config.json describes: {misfit}; "
+                         f"convert the model again, or take another checkpoint")
+
+
+def _bin_index_shards(index: Path, name: str) -> list[str]:
+    """The shard files pytorch_model.bin.index.json names (its weight_map's values)."""
+    values = read_json_object(index, name, hint=WHAT_WORKS)
+    weight_map = values.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise InputError(f"{name}: {index.name} has no weight_map of tensor names to shard files; {WHAT_WORKS}")
+    missing = sorted({shard for shard in weight_map.values() if not (index.parent / shard).is_file()})
+    if missing:
+        raise InputError(f"{name}: {index.name} names shards that are not there: {', '.join(missing)}")
+    return list(weight_map.values())
 
 
 def load_tokenizer(model_dir: str | Path, what: str = "MODEL", **kwargs):

@@ -2,11 +2,11 @@
 
 Each checkpoint (a `runs/X/checkpoints/step_N` directory, or a run directory, meaning its latest
 checkpoint) is loaded the way `attnres eval` loads it (`attnres.train.evaluate`): its run config,
-its run's data and tokenizer (from the data cache), its weights. With `data` (a `DataConfig.source`),
-held-out batches come from that source instead, tokenised by the checkpoint's own pretrained
-tokenizer; that is how a converted model (`attnres convert` output, a Hugging Face-format directory,
-step 0) is read, and how it is compared with its fine-tuned checkpoints on the same documents. On
-the first `max_batches` fixed validation batches it measures:
+its run's data (from the data cache) tokenised by the tokenizer saved with the checkpoint, its
+weights. With `data` (a `DataConfig.source`), held-out batches come from that source instead,
+tokenised by the checkpoint's own tokenizer; that is how a converted model (`attnres convert` output,
+a Hugging Face-format directory, step 0) is read, and how it is compared with its fine-tuned
+checkpoints on the same documents. On the first `max_batches` fixed validation batches it measures:
 
 - validation loss (the run's precision, as `attnres eval`),
 - `collect_depth_stats`: mean routing weight per router and source, max weight, entropy, effective
@@ -39,8 +39,8 @@ from attnres.model.model_config import variant_name
 from attnres.report.depth_analysis_report import write_analysis_report
 from attnres.data import DataConfig, eval_batches, prepare_data
 from attnres.train import CheckpointError
-from attnres.train.evaluate import (LoadedCheckpoint, held_out_batches, load_checkpoint, load_pretrained,
-                                    resolve_checkpoint, validation_loss)
+from attnres.train.evaluate import (LoadedCheckpoint, checkpoint_data_config, held_out_batches, load_checkpoint,
+                                    load_pretrained, resolve_checkpoint, validation_loss)
 
 DEFAULT_MAX_BATCHES = 4
 
@@ -121,10 +121,11 @@ def _load(path: Path, data: str | None, max_batches: int, device: str, seq_len: 
     loaded = load_checkpoint(resolve_checkpoint(path), device)
     if data is None:
         return loaded, held_out_batches(loaded, max_batches, device)
-    tokenizer = loaded.run.data.tokenizer
+    tokenizer = checkpoint_data_config(loaded.checkpoint, loaded.run).tokenizer  # the one saved with it
     if tokenizer == "bpe":
-        raise CheckpointError(f"--data tokenises with the checkpoint's pretrained tokenizer, but {path} was trained "
-                              "with its own BPE; analyze it without --data (on its run's held-out split)")
+        raise CheckpointError(f"--data tokenises with the checkpoint's own tokenizer, but {path} was trained "
+                              "with its own BPE and saved no tokenizer.json; analyze it without --data (on its "
+                              "run's held-out split)")
     prepared = prepare_data(DataConfig(source=data, tokenizer=tokenizer))
     seq_len = seq_len or min(loaded.model.config.max_seq_len, 256)
     return loaded, [b.to(device) for b in eval_batches(prepared.val_tokens, seq_len, batch_size, max_batches)]

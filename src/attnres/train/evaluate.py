@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,7 +12,8 @@ import torch
 from attnres.checkpoint import Checkpoint, CheckpointError, latest_checkpoint, read_checkpoint
 from attnres.common.evaluation import evaluating
 from attnres.common.precision import autocast
-from attnres.data import PreparedData, eval_batches, prepare_data
+from attnres.data import DataConfig, PreparedData, eval_batches, prepare_data
+from attnres.data.tokenizer import TOKENIZER_FILE
 from attnres.distributed.checkpointer import restore_model
 from attnres.model import AttnResLM
 from attnres.train.starting_model import build_model, load_initial_weights
@@ -88,11 +90,34 @@ def _runs_and_checkpoints_inside(folder: Path, depth: int = 3) -> list[Path]:
     return found
 
 
+def checkpoint_tokenizer(path: str | Path) -> Path | None:
+    """The tokenizer directory saved with the training checkpoint `path`: the checkpoint itself (its
+    tokenizer.json, written beside the weights), else, for a checkpoint inside its run
+    (runs/X/checkpoints/step_N, a distributed checkpoint), the run's tokenizer/ folder; None when
+    neither holds a tokenizer.json."""
+    path = Path(path)
+    candidates = [path]
+    if path.parent.name == "checkpoints":
+        candidates.append(path.parent.parent / "tokenizer")
+    return next((c for c in candidates if (c / TOKENIZER_FILE).is_file()), None)
+
+
+def checkpoint_data_config(checkpoint: Checkpoint, run: RunConfig) -> DataConfig:
+    """The run's data settings with the tokenizer it trained with: the one saved with the checkpoint
+    (`checkpoint_tokenizer`), never a BPE trained again on a corpus that may have changed since (its
+    ids would mean other strings). The token cache keys on the tokenizer's fingerprint, so data
+    tokenised by any other tokenizer is not reused: the corpus is tokenised again with this one. A
+    checkpoint with no saved tokenizer keeps the run's recorded setting."""
+    saved = checkpoint_tokenizer(checkpoint.path)
+    return run.data if saved is None else dataclasses.replace(run.data, tokenizer=str(saved))
+
+
 def load_checkpoint(path: str | Path, device: str = "cpu") -> LoadedCheckpoint:
-    """Read and verify checkpoint `path`, prepare its run's data (cached) and restore its model on `device`."""
+    """Read and verify checkpoint `path`, prepare its run's data (cached) with the tokenizer saved with
+    it (`checkpoint_data_config`) and restore its model on `device`."""
     checkpoint = read_checkpoint(Path(path))
     run = RunConfig.from_dict(checkpoint.run_config)
-    data = prepare_data(run.data)
+    data = prepare_data(checkpoint_data_config(checkpoint, run))
     model = build_model(run, data.tokenizer.vocab_size, torch.device(device))
     restore_model(checkpoint, model)
     return LoadedCheckpoint(checkpoint, run, data, model)

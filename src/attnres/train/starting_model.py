@@ -10,6 +10,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from attnres.checkpoint import CheckpointError
+from attnres.checkpoint.weights import weights_misfit
 from attnres.model import AttnResLM
 from attnres.routing import resolve_impl
 from attnres.train.run_config import RunConfig
@@ -48,17 +49,14 @@ def load_initial_weights(model: AttnResLM, directory: str | Path) -> list[str]:
                                   f"or give another checkpoint") from None
     if model.config.tie_embeddings:
         state.pop("lm_head.weight", None)  # the same tensor as the embedding
+    misfit, absent_routing = weights_misfit(model, {name: tensor.shape for name, tensor in state.items()})
+    if misfit:  # every tensor or none: the check `generate` and `lm-eval` make on the headers (check_model_dir)
+        raise CheckpointError(f"init_from: weights in {directory} do not fit the model: {misfit}")
     try:
-        result = model.load_state_dict(state, strict=False)
-    except RuntimeError as error:
+        model.load_state_dict(state, strict=False)
+    except RuntimeError as error:  # names and shapes fit: a dtype torch cannot copy from
         raise CheckpointError(f"init_from: weights in {directory} do not fit the model: {error}") from None
-    missing = [k for k in result.missing_keys if not (k == "lm_head.weight" and model.config.tie_embeddings)]
-    routing = {name for name, _ in model.routing_parameters()}
-    not_routing = [k for k in missing if k not in routing]
-    if not_routing or result.unexpected_keys:
-        raise CheckpointError(f"init_from: weights in {directory} do not fit the model: missing {not_routing}, "
-                              f"unexpected {sorted(result.unexpected_keys)}")
-    return missing
+    return absent_routing
 
 
 def draw_normal_queries(model: AttnResLM, std: float = 0.02) -> None:
