@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import shutil
@@ -12,8 +13,12 @@ import torch
 from transformers import GenerationConfig
 
 from attnres.checkpoint.hf_dir import generation_defaults, read_generation_config, special_token_ids
-from attnres.common.atomic import publish
+from attnres.common.atomic import apply_umask, publish
 from attnres.common.deprecation import merge_old_option_keywords
+from attnres.common.json_files import CONFIG_FILE
+from attnres.common.run_lock import LOCK_FILE, RunLock
+from attnres.common.run_options import check_out_dir
+from attnres.common.user_paths import user_path
 from attnres.data.tiktoken_files import check_tiktoken_source
 from attnres.data.tokenizer import copy_tokenizer_files
 from attnres.hf.configuration import AttnResConfig
@@ -36,11 +41,23 @@ def to_hf_model(model: AttnResLM, token_ids: dict | None = None, generation: dic
 
 
 def check_new_dir(out_dir: str | Path) -> Path:
-    """`out_dir` as a Path; ConversionError when it exists and is not an empty directory (nothing is overwritten)."""
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+    """`out_dir` as a Path, `~` expanded; ConversionError in one line when it is empty, cannot be made
+    (a file on its path, a dangling symlink, no write access), or exists and is not an empty
+    directory (nothing is overwritten). An empty directory is fine, a mount point included: the
+    model is published into it. attnres's own lock file, and what a killed conversion left, do not
+    count; another conversion still building there is named."""
+    out = user_path(out_dir, "--out", error=ConversionError)
+    check_out_dir(out, "--out", error=ConversionError)
+    inside = [path for path in out.iterdir() if path.name != LOCK_FILE] if out.is_dir() else []
+    if any(_build_pid(path, out) is None for path in inside):
         raise ConversionError(f"output directory {str(out)!r} already exists and is not empty; choose another "
                               f"--out or delete it")
+    beside = out.parent.glob(f".{glob.escape(out.name)}.*.tmp") if out.parent.is_dir() else []
+    for path in [*inside, *beside]:
+        pid = _build_pid(path, out)
+        if pid is not None and pid != os.getpid() and _running(pid):
+            raise ConversionError(f"--out {str(out)!r} is being written by another conversion (pid {pid}); wait for "
+                                  f"it to finish, or choose another --out")
     return out
 
 
@@ -59,32 +76,82 @@ def save_hf(model: AttnResLM, out_dir: str | Path, tokenizer_dir: str | Path | N
 
 def build_hf_dir(out_dir: str | Path, write_model, tokenizer_dir: str | Path | None = None) -> Path:
     """`save_hf`'s directory handling with the model written by `write_model(tmp)` (weights, config.json,
-    generation_config.json) and the tokenizer files of tokenizer_dir copied beside it: built in a
-    temporary directory beside out_dir and renamed into place; returns out_dir."""
+    generation_config.json) and the tokenizer files of tokenizer_dir copied beside it; returns out_dir
+    (`~` expanded).
+
+    A new out_dir is built in a temporary directory beside it and renamed into place: it appears whole
+    or not at all, and of two conversions into one new out_dir the second fails in one line when it
+    finds the first one's model there. An existing empty directory (a mount point, which cannot be
+    renamed over) is built in a temporary directory inside it, whose files are then moved up under
+    the folder's lock (`RunLock`), config.json last."""
     out = check_new_dir(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    into_existing = out.is_dir()
+    if not into_existing:
+        out.parent.mkdir(parents=True, exist_ok=True)
     _remove_killed_builds(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp", dir=out.parent))
+    where = out if into_existing else out.parent
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp", dir=where))
     try:
         write_model(tmp)
         if tokenizer_dir is not None:
             copy_tokenizer_files(tokenizer_dir, tmp)
-        if out.exists():
-            out.rmdir()  # empty (checked above)
-        publish(tmp, out)
+        if into_existing:
+            _publish_into(tmp, out)
+        else:
+            _publish_new(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
 
 
+def _publish_new(tmp: Path, out: Path) -> None:
+    """Rename the built `tmp` to `out`, which did not exist when the conversion began (a rename also
+    replaces an empty directory made since); one line when another process filled `out` meanwhile."""
+    try:
+        publish(tmp, out)
+    except OSError as failure:
+        if failure.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.EBUSY):
+            raise
+        raise ConversionError(f"--out {str(out)!r} was filled by another process while this conversion ran (a "
+                              f"second `attnres convert` into it?); nothing of this conversion was kept, and what "
+                              f"is there was left as it is; choose another --out") from None
+
+
+def _publish_into(tmp: Path, out: Path) -> None:
+    """Move the files of `tmp` (built inside the existing directory `out`) up into `out`, holding its
+    lock; config.json last, so `out` reads as a model only once it is whole."""
+    with RunLock(out, field="--out"):
+        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE and _build_pid(p, out) is None)
+        if others:
+            raise ConversionError(f"--out {str(out)!r} was filled by another process while this conversion ran "
+                                  f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); nothing of this "
+                                  f"conversion was kept; choose another --out")
+        apply_umask(tmp)
+        for name in sorted(os.listdir(tmp), key=lambda name: name == CONFIG_FILE):
+            os.replace(tmp / name, out / name)
+        tmp.rmdir()
+
+
+def _build_pid(path: Path, out: Path) -> int | None:
+    """The pid of the conversion whose temporary directory `path` is (`.NAME.PID.*.tmp`, beside or
+    inside `out`), else None."""
+    name = path.name
+    if not (name.startswith(f".{out.name}.") and name.endswith(".tmp")):
+        return None
+    parts = name[len(out.name) + 2:].split(".")  # PID, mkdtemp's random part, "tmp"
+    return int(parts[0]) if len(parts) == 3 and parts[0].isdigit() and path.is_dir() else None
+
+
 def _remove_killed_builds(out: Path) -> None:
-    """Delete the temporary directories `save_hf` builds beside `out` whose process no longer runs: a
-    killed conversion's half-built model (as large as the model) would otherwise stay there, hidden."""
-    for path in out.parent.glob(f".{glob.escape(out.name)}.*.tmp"):
-        parts = path.name[len(out.name) + 2:].split(".")  # PID, mkdtemp's random part, "tmp"
-        if len(parts) == 3 and parts[0].isdigit() and not _running(int(parts[0])):
-            shutil.rmtree(path, ignore_errors=True)
+    """Delete the temporary directories `save_hf` builds beside (or inside) `out` whose process no
+    longer runs: a killed conversion's half-built model (as large as the model) would otherwise stay
+    there, hidden."""
+    for folder in (out.parent, out) if out.is_dir() else (out.parent,):
+        for path in folder.glob(f".{glob.escape(out.name)}.*.tmp"):
+            pid = _build_pid(path, out)
+            if pid is not None and not _running(pid):
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _running(pid: int) -> bool:

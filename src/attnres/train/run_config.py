@@ -10,6 +10,7 @@ from pathlib import Path
 from attnres.common.config_files import parse_assignment, read_yaml_mapping
 from attnres.common.errors import InputError
 from attnres.common.json_files import CONFIG_FILE, read_json_object
+from attnres.common.user_paths import user_path_text
 from attnres.data import DataConfig
 from attnres.model import ModelConfig
 from attnres.residual import check_routing
@@ -46,6 +47,8 @@ class RunConfig:
     init_from: str | None = None
 
     def __post_init__(self) -> None:
+        # out_dir as a shell user means it: ~ expanded, an empty one refused (not read as the working directory)
+        object.__setattr__(self, "out_dir", user_path_text(self.out_dir, "out_dir", RunConfigError))
         model = self.build_model_config(vocab_size=256)  # validates every model field now, not at train time
         check_routing(model.residual, model.residual_options, model.num_layers, self.train.routing_impl,
                       self.train.routing_chunk_size, prefix="train.", error=RunConfigError)
