@@ -26,6 +26,7 @@ from pathlib import Path
 
 from attnres.cli_arguments import COMMAND_EXTRAS, build_parser  # noqa: F401  (build_parser: public here too)
 from attnres.common.run_options import check_out_dir, check_run_options, parse_shard
+from attnres.common.user_paths import user_path
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -71,7 +72,7 @@ def _compare(args: argparse.Namespace) -> int:
     from attnres.compare import load_preset, run_preset
 
     preset = load_preset(args.preset, args.set)
-    out = Path(args.out or f"reports/compare-{preset.name}")
+    out = user_path(f"reports/compare-{preset.name}" if args.out is None else args.out, "--out")
     check_run_options(out, args.seeds)
     if args.dry_run:
         from attnres.compare.plan import plan_protocol, plan_text
@@ -91,7 +92,7 @@ def _scaling(args: argparse.Namespace) -> int:
     from attnres.scaling.sweep import run_sweep
 
     preset = load_preset(args.preset, args.set, variants=args.variants, sizes=args.sizes)
-    out = Path(args.out or f"reports/scaling-{preset.name}")
+    out = user_path(f"reports/scaling-{preset.name}" if args.out is None else args.out, "--out")
     check_run_options(out, args.seeds)
     check_int(args.replicates, "--replicates")
     if args.dry_run:
@@ -164,7 +165,8 @@ def _bench(args: argparse.Namespace) -> int:
 
     config = resolve_config(args.preset, args.quick, args.set,
                             **{name: getattr(args, name) for name in SETTING_NAMES})
-    out = Path(args.out or f"reports/bench-{'quick' if args.quick else Path(args.preset).stem}")
+    default = f"reports/bench-{'quick' if args.quick else Path(args.preset).stem}"
+    out = user_path(default if args.out is None else args.out, "--out")
     check_out_dir(out)
     results = run_bench(config, out, command="attnres " + shlex.join(args.argv))
     print()
@@ -177,7 +179,7 @@ def _analyze(args: argparse.Namespace) -> int:
     from attnres.common.checks import check_int
     from attnres.report.depth_analysis import analyze
 
-    out = Path(args.out)
+    out = user_path(args.out, "--out")
     check_out_dir(out)
     if args.seq_len is not None:
         check_int(args.seq_len, "--seq-len")

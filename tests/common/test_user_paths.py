@@ -273,3 +273,23 @@ def test_the_convert_command_publishes_into_a_mount_point_and_expands_home(tmp_p
     monkeypatch.setenv("HOME", str(home))
     assert main(["convert", str(source), "--out=~/model"]) == 0, capsys.readouterr().err
     assert (home / "model" / "config.json").is_file() and not (Path.cwd() / "~").exists()
+
+
+@pytest.mark.parametrize("command", [["compare", "--preset", "smoke", "--dry-run"], ["bench", "--quick"],
+                                     ["analyze", "no-such-checkpoint"]])
+def test_every_out_flag_refuses_an_empty_path_in_one_line(command, capsys):
+    from attnres.cli import main
+
+    assert main([*command, "--out", ""]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--out is empty" in err[0]
+
+
+def test_every_out_flag_expands_the_home_folder(tmp_path, monkeypatch):
+    from attnres.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNRES_CACHE", str(tmp_path / "cache"))
+    assert main(["compare", "--preset", "protocol_dense", "--dry-run", "--out", "~/studies/dense"]) == 0
+    assert not (tmp_path / "~").exists()
