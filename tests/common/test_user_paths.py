@@ -293,3 +293,11 @@ def test_every_out_flag_expands_the_home_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNRES_CACHE", str(tmp_path / "cache"))
     assert main(["compare", "--preset", "protocol_dense", "--dry-run", "--out", "~/studies/dense"]) == 0
     assert not (tmp_path / "~").exists()
+
+
+def test_init_from_expands_the_home_folder(tmp_path, monkeypatch):
+    from attnres.train.run_config import RunConfig, RunConfigError
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(RunConfigError, match=f"init_from: {tmp_path}/model/config.json does not exist"):
+        RunConfig.from_dict({"init_from": "~/model", "out_dir": str(tmp_path / "run")})

@@ -89,6 +89,7 @@ class RunConfig:
             if not isinstance(init_from, str) or not init_from.strip():
                 raise RunConfigError(f"init_from must be the path of a Hugging Face-format attnres directory "
                                      f"(`attnres convert` output or a training checkpoint), got {init_from!r}")
+            init_from = user_path_text(init_from, "init_from", RunConfigError)  # ~ as a shell user means it
             pretrained = pretrained_model_fields(init_from)
             if model.get("residual", pretrained["residual"]) != pretrained["residual"]:
                 del pretrained["residual_options"]  # another variant: its options are the model section's
