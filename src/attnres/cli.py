@@ -132,14 +132,15 @@ def _lm_eval(args: argparse.Namespace) -> int:
     from attnres.hf.lm_eval import check_lm_eval_options, parse_tasks, run_lm_eval
 
     tasks = parse_tasks(args.tasks)
-    check_lm_eval_options(args.batch_size, args.limit, args.include_path, args.out)
+    out = None if args.out is None else user_path(args.out, "--out")
+    check_lm_eval_options(args.batch_size, args.limit, args.include_path, out)
     results = run_lm_eval(args.model, tasks, include_path=args.include_path, batch_size=args.batch_size,
                           limit=args.limit, device=args.device)
     text = json.dumps(results, indent=2, default=str)
-    if args.out:
+    if out is not None:
         from attnres.common.atomic import write_atomic
 
-        write_atomic(args.out, text)  # a killed run leaves the earlier file or none, never a part
+        write_atomic(out, text)  # a killed run leaves the earlier file or none, never a part
     print(text)
     return 0
 

@@ -301,3 +301,10 @@ def test_init_from_expands_the_home_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(RunConfigError, match=f"init_from: {tmp_path}/model/config.json does not exist"):
         RunConfig.from_dict({"init_from": "~/model", "out_dir": str(tmp_path / "run")})
+
+
+def test_lm_eval_out_refuses_an_empty_path(capsys):
+    from attnres.cli import main
+
+    assert main(["lm-eval", "no-such-model", "--tasks", "piqa", "--out", ""]) == 2
+    assert "--out is empty" in capsys.readouterr().err
