@@ -215,9 +215,10 @@ def recommendation_notes(ctx) -> str:
         f"[bench-fp32-smollm2](results/{SMOLLM2_SHAPE})); **parameters**: at the dense setting's size.",
     ]
     if old:
-        lines.append(f"- {_names(old)} come from the 0.2 protocol: each variant's rate the argmin of a grid whose "
-                     "runs are among the final seeds, no correction. The pre-registered "
-                     "[protocol](docs/explanation/protocol.md) replaces each setting as its study lands.")
+        lines.append(f"- {_names(old)} come from the 0.2 protocol: a rate is the argmin of a grid whose runs are "
+                     "among the final seeds (the 4x-steps and second-corpus runs reuse the dense search's rates), "
+                     "with no correction. The pre-registered [protocol](docs/explanation/protocol.md) replaces each "
+                     "setting as its study lands.")
     return "\n".join(lines)
 
 
