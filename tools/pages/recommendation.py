@@ -7,8 +7,8 @@ import decimal
 import json
 import math
 
-from attnres.analysis.inference import holm, paired_t
-from attnres.analysis.contrasts import paired_differences
+from attnres.analysis.inference import paired_t
+from attnres.analysis.contrasts import paired_differences, setting_tests
 from attnres.compare.headline import MAIN, PRIMARY, Evidence, draw_headline
 from attnres.report.compare_report import signed
 from tools.pages import costs, fair
@@ -133,15 +133,6 @@ def recommendation_text(ctx) -> str:
             f"{held}{missing}. For the evidence at scale, see [the published results](#at-scale).")
 
 
-def _family_marks(diffs: dict[str, list[float]]) -> dict[str, bool]:
-    """Variant -> whether its contrast survives Holm's correction within `diffs` (one family)."""
-    tests = {v: paired_t(d) for v, d in diffs.items() if len(d) >= 2 and len(set(d)) > 1}
-    if not tests:
-        return {}
-    adjusted = holm({v: t.p_two_sided for v, t in tests.items()}).adjusted
-    return {v: adjusted[v] <= 0.05 for v in tests}
-
-
 def _cell(values: list[float] | None, shown: bool) -> str:
     if not values:
         return "-"
@@ -163,10 +154,9 @@ def recommendation_table(ctx) -> str:
     found = setting_results(ctx)
     per_setting = {}
     for setting, (_, results) in found.items():
-        diffs = paired_differences(results)
-        marks = {**_family_marks({v: d for v, d in diffs.items() if v in PRIMARY}),
-                 **_family_marks({v: d for v, d in diffs.items() if v in SECONDARY})}
-        per_setting[setting] = (diffs, marks)
+        tests = setting_tests(results, PRIMARY)["contrasts"]  # Holm within the primary and the secondary family
+        marks = {v: entry["verdict"] in ("better", "worse") for v, entry in tests.items()}
+        per_setting[setting] = (paired_differences(results), marks)
     equal = _equal_time(ctx)
     steps = [costs.ratios(ctx.results.json(path)) for path in (costs.FP32, SMOLLM2_SHAPE)]
     main_results = next(iter(found.values()))[1]

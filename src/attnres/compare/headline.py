@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from attnres.analysis.contrasts import paired_differences
 from attnres.analysis.inference import PairedTest, Pooled, best_by_paired_comparisons, holm, paired_t, random_effects
+from attnres.analysis.intervals import mean
 
 ALPHA = 0.05
 MAIN = "main"
@@ -71,10 +72,6 @@ class Headline:
     best_shown: bool
 
 
-def _mean(values) -> float:
-    return sum(values) / len(values)
-
-
 def _test(diffs) -> PairedTest | None:
     return paired_t(diffs) if len(diffs) >= 2 and len(set(diffs)) > 1 else None
 
@@ -88,15 +85,15 @@ def draw_headline(evidence: Evidence, alpha: float = ALPHA) -> Headline:
     for variant, test in tests.items():
         holm_p = adjusted.get(variant)
         survives = test is not None and test.mean < 0 and holm_p is not None and holm_p <= alpha
-        means = {s: _mean(d[variant]) for s, d in evidence.replications.items() if d.get(variant)}
+        means = {s: mean(d[variant]) for s, d in evidence.replications.items() if d.get(variant)}
         settings = [evidence.main[variant]] + [d[variant] for d in evidence.replications.values() if d.get(variant)]
         pooled = None
         if len(settings) >= 2 and all(len(d) >= 2 and len(set(d)) > 1 for d in settings):
-            pooled = random_effects([_mean(d) for d in settings], [paired_t(d).se ** 2 for d in settings])
+            pooled = random_effects([mean(d) for d in settings], [paired_t(d).se ** 2 for d in settings])
         replicates = (len(means) == len(evidence.replications) > 0 and all(m < 0 for m in means.values())
                       and pooled is not None and pooled.ci_hk[1] < 0)
         equal = evidence.equal_time.get(variant)
-        equal_mean = _mean(equal) if equal else None
+        equal_mean = mean(equal) if equal else None
         verdicts[variant] = Verdict(variant, test, holm_p, means, pooled, equal_mean, survives, replicates,
                                     equal_mean is not None and equal_mean < 0)
     passing = [v for v, verdict in verdicts.items() if verdict.recommended]
@@ -110,7 +107,7 @@ def draw_headline(evidence: Evidence, alpha: float = ALPHA) -> Headline:
     settings = {MAIN: evidence.main, **evidence.replications}
     leads = {}
     for setting, diffs in settings.items():
-        means = {v: _mean(d) for v, d in diffs.items() if d}
+        means = {v: mean(d) for v, d in diffs.items() if d}
         best_variant = min(means, key=means.get) if means else None
         leads[setting] = best_variant if best_variant is not None and means[best_variant] < 0 else "standard"
     return Headline(passing, verdicts, leads, best_shown or len(passing) == 1)
