@@ -78,3 +78,20 @@ def test_failed_build_leaves_nothing(tokenizer, tmp_path):
     with pytest.raises(DataError, match="halfway"):
         cache.load_or_build("key", broken, tokenizer)
     assert list(tmp_path.iterdir()) == [] and cache.load("key") is None
+
+
+def test_the_digest_is_of_the_streams_bytes_written_in_chunks_or_computed_for_an_old_cache(tokenizer, tmp_path,
+                                                                                            monkeypatch):
+    import hashlib
+    import json
+    texts = make_texts(23, seed=6)
+    monkeypatch.setattr(packing, "CHUNK_DOCUMENTS", 4)
+    cache = TokenCache(tmp_path)
+    tokens, meta = cache.load_or_build("k", lambda: texts, tokenizer)
+    expected = hashlib.blake2b(expected_stream(texts, tokenizer).astype(np.uint16).tobytes(), digest_size=16)
+    assert meta["digest"] == packing.stream_digest(tokens, meta) == expected.hexdigest()
+    del meta["digest"]  # a stream cached before digests were recorded
+    cache.meta_path("k").write_text(json.dumps(meta))
+    assert packing.stream_digest(*cache.load("k")) == expected.hexdigest()
+    _, other = TokenCache(tmp_path / "other").load_or_build("k", lambda: texts[:-1], tokenizer)
+    assert other["digest"] != expected.hexdigest()

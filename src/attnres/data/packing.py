@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -44,6 +45,12 @@ def pack_documents(texts: Iterable[str], tokenizer: Tokenizer) -> Iterator[np.nd
         yield _encode_chunk(buffer, tokenizer, dtype)
 
 
+def stream_digest(tokens: np.ndarray, meta: dict[str, Any]) -> str:
+    """The blake2b digest of a cached stream's bytes: from its metadata, or computed for a stream
+    cached before digests were recorded."""
+    return meta.get("digest") or hashlib.blake2b(np.ascontiguousarray(tokens).tobytes(), digest_size=16).hexdigest()
+
+
 def _encode_chunk(texts: list[str], tokenizer: Tokenizer, dtype: np.dtype) -> np.ndarray:
     encoded = tokenizer.encode_batch(texts)
     eos = (tokenizer.eos_id,)
@@ -68,6 +75,7 @@ class TokenWriter:
         self._chars = 0
         self.documents = 0
         self.tokens = 0
+        self._digest = hashlib.blake2b(digest_size=16)  # of the stream's bytes, so a changed corpus is seen
         cache.root.mkdir(parents=True, exist_ok=True)
         fd, self._tmp = tempfile.mkstemp(prefix=f".{key}-", suffix=".tmp", dir=cache.root)
         self._file = os.fdopen(fd, "wb")
@@ -83,7 +91,9 @@ class TokenWriter:
     def _flush(self) -> None:
         if self._texts:
             chunk = _encode_chunk(self._texts, self._tokenizer, self._dtype)
-            self._file.write(chunk.tobytes())
+            data = chunk.tobytes()
+            self._file.write(data)
+            self._digest.update(data)
             self.tokens += int(chunk.size)
             self._texts, self._chars = [], 0
 
@@ -93,7 +103,8 @@ class TokenWriter:
         self._file.close()
         publish(self._tmp, self._cache.tokens_path(self._key))
         meta = {"format": CACHE_FORMAT, "key": self._key, "dtype": self._dtype.name, "length": self.tokens,
-                "documents": self.documents, "eos_id": self._tokenizer.eos_id, **self._extra}
+                "documents": self.documents, "eos_id": self._tokenizer.eos_id, "digest": self._digest.hexdigest(),
+                **self._extra}
         write_atomic(self._cache.meta_path(self._key), json.dumps(meta, indent=2, sort_keys=True))
         return meta
 
@@ -113,7 +124,8 @@ class TokenWriter:
 
 
 class TokenCache:
-    """Token streams under `root`: `<key>.bin` (raw ids) and `<key>.json` (dtype, length, documents, key)."""
+    """Token streams under `root`: `<key>.bin` (raw ids) and `<key>.json` (dtype, length, documents, key,
+    digest: blake2b of the ids' bytes)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)

@@ -24,7 +24,7 @@ from attnres.common.run_options import check_out_dir
 from attnres.data.data_config import CACHE_ENV, DataConfig
 from attnres.data.data_error import DataError
 from attnres.data.hashing import cache_key
-from attnres.data.packing import TokenCache
+from attnres.data.packing import TokenCache, stream_digest
 from attnres.data.sources import describe_source, iter_documents, source_identity
 from attnres.data.split import split_of
 from attnres.data.tokenizer import TOKENIZER_FILE, Tokenizer, train_bpe
@@ -38,7 +38,7 @@ class PreparedData:
     """Result of prepare_data: `train_tokens`/`val_tokens`/`test_tokens` are 1-D uint16/uint32
     (memmapped) streams, each document followed by `tokenizer.eos_id`; `test_tokens` is None without
     a test split. `stats` holds documents and tokens per split, the source description, vocab size,
-    tokenizer fingerprint and whether the cache was reused."""
+    tokenizer fingerprint, each split's digest (`<split>_digest`) and whether the cache was reused."""
 
     tokenizer: Tokenizer
     train_tokens: np.ndarray
@@ -86,6 +86,7 @@ def prepare_data(config: DataConfig, run_dir: str | os.PathLike[str] | None = No
     for name in splits:
         stats[f"{name}_documents"] = int(loaded[name][1]["documents"])
         stats[f"{name}_tokens"] = int(loaded[name][1]["length"])
+        stats[f"{name}_digest"] = stream_digest(*loaded[name])
     test = loaded["test"][0] if "test" in loaded else None
     return PreparedData(tokenizer, loaded["train"][0], loaded["val"][0], stats, test)
 

@@ -4,7 +4,8 @@ Every setting that differs from the checkpoint's is either refused by name (`is_
 data, what fixes the batch order, what acts only at step 0) or applied from the next step, with one line
 naming the old and the new value (`applied_changes`). The optimizer's learning rates, weight decay and
 betas are this run's, and its schedule is rebuilt from their base rates at the checkpoint's step
-(`apply_settings`), so the run trains with what its config.yaml and checkpoints record.
+(`apply_settings`), so the run trains with what its config.yaml and checkpoints record. The corpus must
+be the one the checkpoint trained on, token for token (`check_same_corpus`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from attnres.checkpoint import CheckpointError, latest_checkpoint
+from attnres.checkpoint import Checkpoint, CheckpointError, latest_checkpoint
 from attnres.data import DataConfig
 from attnres.residual.legacy import upgrade_model_fields
 from attnres.train.run_config import RunConfig, RunConfigError
@@ -87,6 +88,25 @@ def check_same_settings(run: RunConfig) -> None:
         named = "; ".join(f"{name}: {old!r} there, {new!r} now" for name, old, new in differences)
         raise RunConfigError(f"{run.out_dir} holds an interrupted run with other settings ({named}); choose "
                              f"another --out, or delete that folder to train the run again with these settings")
+
+
+def corpus_digests(stats: dict) -> dict[str, str]:
+    """The digest of each split's token stream (`PreparedData.stats`), saved with every checkpoint."""
+    return {name: stats[f"{name}_digest"] for name in ("train", "val", "test") if f"{name}_digest" in stats}
+
+
+def check_same_corpus(checkpoint: Checkpoint, stats: dict) -> None:
+    """CheckpointError when a split's tokens differ from those the checkpoint trained on: the files under
+    data.source changed since, so the saved batch position would index other text. A checkpoint saved
+    before digests were recorded is not checked."""
+    saved = checkpoint.state.get("extra", {}).get("corpus") or {}
+    now = corpus_digests(stats)
+    changed = [name for name in saved if saved[name] != now.get(name)]
+    if changed:
+        raise CheckpointError(f"the corpus changed since {checkpoint.path} was saved: the tokens of the "
+                              f"{' and '.join(changed)} split{'s' if len(changed) > 1 else ''} differ (the files "
+                              f"under data.source were edited, added or removed); restore them to resume, or "
+                              f"start a new run from that checkpoint with init_from")
 
 
 def optimizer_settings(optimizer: torch.optim.Optimizer) -> list[dict]:

@@ -44,11 +44,12 @@ from attnres.model.memory_need import FP32_BYTES, check_fits, training_state_byt
 from attnres.model.moe_balance import expert_routers, take_step_loads, update_score_bias
 from attnres.train.train_config import pipeline_setting_error, resolve_parallel
 from attnres.train.diagnostics import routing_diagnostics
-from attnres.train.evaluate import evaluate
+from attnres.train.evaluate import checkpoint_data_config, evaluate
 from attnres.train.starting_model import build_model, draw_normal_queries, load_initial_weights
 from attnres.train.metrics import MetricsLogger, records_to_keep
 from attnres.train.optim import build_optimizer
-from attnres.train.resume import applied_changes, apply_settings, check_compatible, optimizer_settings
+from attnres.train.resume import (applied_changes, apply_settings, check_compatible, check_same_corpus,
+                                  corpus_digests, optimizer_settings)
 from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.schedule import build_scheduler
 
@@ -128,8 +129,12 @@ class Trainer:
         # Resume's inputs are all read and checked before anything is rewritten.
         kept = (records_to_keep(self.run_dir / "metrics.jsonl", checkpoint.step)
                 if checkpoint is not None and self.main else None)
-        # Rank 0 fills the token cache; the other ranks then read it.
-        self.data = main_first(lambda: prepare_data(self.run.data))
+        # Rank 0 fills the token cache; the other ranks then read it. A resume tokenises with the
+        # tokenizer it trained with, never one trained again on a corpus edited since.
+        data_config = self.run.data if checkpoint is None else checkpoint_data_config(checkpoint, self.run)
+        self.data = main_first(lambda: prepare_data(data_config))
+        if checkpoint is not None:
+            check_same_corpus(checkpoint, self.data.stats)
         self.model = self._starting_model(checkpoint)
         self.parallel = self._wrap()
         if self.main:  # only now, with the data, the weights and the split checked: bad input writes nothing
@@ -335,7 +340,8 @@ class Trainer:
         if self._hf_files is None and not self.checkpointer.distributed:  # the same for every save
             source = read_generation_config(self.run.init_from) if self.run.init_from else None
             self._hf_files = hf_directory_files(self.model.config, self.data.tokenizer, source)
-        extra = {"data": self.loader.state_dict(), "stability": self.stability.state_dict()}
+        extra = {"data": self.loader.state_dict(), "stability": self.stability.state_dict(),
+                 "corpus": corpus_digests(self.data.stats)}
         self.last_saved = self.checkpointer.save(self.step, self.model, self.optimizer, self.scheduler,
                                                  self.run.to_dict(), extra, hf_files=self._hf_files)
         return self.last_saved
