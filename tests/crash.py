@@ -30,6 +30,8 @@ from pathlib import Path
 
 import yaml
 
+from attnres.common.report_folder import MANIFEST
+
 PRELOAD = ["attnres.cli", "attnres.compare.run_comparison", "attnres.report.compare_report", "attnres.scaling.sweep",
            "attnres.scaling.summary", "attnres.report.scaling_report", "attnres.bench", "attnres.hf.export",
            "attnres.hf.modeling", "tests.crash"]  # tests.crash: where each child's `_child` comes from
@@ -195,7 +197,9 @@ def assert_whole(root: Path) -> list[Path]:
     root = Path(root)
     leftovers = []
     for path in sorted(root.rglob("*")):
-        if hidden(path, root):
+        if path.name == MANIFEST:  # a report folder's record of what wrote it: a final name, hidden
+            _assert_file_whole(path)
+        elif hidden(path, root):
             # a killed holder's lock file is no half-written file: the next holder takes it over
             if path.name.startswith(".") and not (path.name.startswith(".attnres.") and path.suffix == ".lock"):
                 leftovers.append(path)

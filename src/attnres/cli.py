@@ -26,6 +26,7 @@ from pathlib import Path
 
 from attnres.cli_arguments import COMMAND_EXTRAS, build_parser  # noqa: F401  (build_parser: public here too)
 from attnres.common.run_options import check_out_dir, check_run_options, parse_shard
+from attnres.common.report_folder import check_report_folder, mark_report_folder
 from attnres.common.user_paths import user_path
 
 
@@ -79,8 +80,10 @@ def _compare(args: argparse.Namespace) -> int:
 
         print(plan_text(plan_protocol(preset, out, seeds=args.seeds)))
         return 0
+    check_report_folder(out, "compare", preset.name, args.force)
     results = run_preset(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
                          device=args.device, shard=parse_shard(args.shard))
+    mark_report_folder(out, "compare", preset.name)
     _print_outcome(results, args.shard, out)
     return 0
 
@@ -98,9 +101,11 @@ def _scaling(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(plan_text(preset, plan_sweep(preset, out, seeds=args.seeds)))
         return 0
+    check_report_folder(out, "scaling", preset.name, args.force)
     results = run_sweep(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv), device=args.device,
                         shard=parse_shard(args.shard), launcher=args.launcher, replicates=args.replicates,
                         cost_repeats=args.cost_repeats)
+    mark_report_folder(out, "scaling", preset.name)
     _print_outcome(results, args.shard, out)
     return 0
 
@@ -169,7 +174,9 @@ def _bench(args: argparse.Namespace) -> int:
     default = f"reports/bench-{'quick' if args.quick else Path(args.preset).stem}"
     out = user_path(default if args.out is None else args.out, "--out")
     check_out_dir(out)
+    check_report_folder(out, "bench", None, args.force)
     results = run_bench(config, out, command="attnres " + shlex.join(args.argv))
+    mark_report_folder(out, "bench")
     print()
     print(format_markdown(results))
     print(f"report: {out / 'bench.md'} and {out / 'bench.json'}")
@@ -185,9 +192,12 @@ def _analyze(args: argparse.Namespace) -> int:
     if args.seq_len is not None:
         check_int(args.seq_len, "--seq-len")
     check_int(args.batch_size, "--batch-size")
+    analysed = [str(Path(path).resolve()) for path in args.checkpoints]
+    check_report_folder(out, "analyze", analysed, args.force)
     analyze(args.checkpoints, out, labels=args.labels, max_batches=args.max_batches, device=args.device,
             command="attnres " + shlex.join(args.argv), causal=args.causal or bool(args.causal_routers),
             causal_routers=args.causal_routers, data=args.data, seq_len=args.seq_len, batch_size=args.batch_size)
+    mark_report_folder(out, "analyze", analysed)
     print(f"report: {out / 'summary.md'}, {out / 'index.html'} and {out / 'analysis.json'}")
     return 0
 

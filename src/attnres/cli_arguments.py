@@ -30,6 +30,12 @@ def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
                              "(docs/how-to/scale-out.md) (default: %(default)s)")
 
 
+def _add_report_force(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="write the report into an --out holding files this command did not write there, or "
+                             "another report, replacing files of the same names")
+
+
 def _compare_parser(sub) -> None:
     compare = sub.add_parser("compare", help="train every residual variant on the same data and write a report")
     compare.add_argument("--preset", default="default",
@@ -38,6 +44,7 @@ def _compare_parser(sub) -> None:
                          help="seeds per variant; with a preset's protocol, the final seeds at each variant's "
                               "chosen rate (default: the preset's)")
     compare.add_argument("--out", default=None, help="report folder (default: reports/compare-PRESET)")
+    _add_report_force(compare)
     compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="override the preset's run, its cost measurement or its protocol, e.g. --set "
                               "train.steps=100 --set cost.repeats=20 --set protocol.grid_seeds=1; repeatable "
@@ -69,6 +76,7 @@ def _scaling_parser(sub) -> None:
     scaling.add_argument("--seeds", type=int, default=None,
                          help="seeds at every size (default: each size's own, else the preset's)")
     scaling.add_argument("--out", default=None, help="report folder (default: reports/scaling-PRESET)")
+    _add_report_force(scaling)
     scaling.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="override the preset's base run or its rules, e.g. --set train.lr=1e-3 "
                               "--set rules.tokens_per_parameter=5; repeatable (default: none)")
@@ -214,6 +222,7 @@ def _bench_parser(sub) -> None:
     for flag, kwargs in flag_arguments():  # one per BenchConfig field, from its metadata
         bench.add_argument(flag, **kwargs)
     bench.add_argument("--out", default=None, help="report folder (default: reports/bench-PRESET)")
+    _add_report_force(bench)
 
 
 def _analyze_parser(sub) -> None:
@@ -224,6 +233,7 @@ def _analyze_parser(sub) -> None:
                          help="checkpoint directories (runs/X/checkpoints/step_N), run directories (their latest) "
                               "or, with --data, converted models' directories (`attnres convert` output)")
     analyze.add_argument("--out", default="reports/analyze", help="report folder (default: %(default)s)")
+    _add_report_force(analyze)
     analyze.add_argument("--max-batches", type=int, default=4,
                          help="held-out batches per checkpoint, of the run's batch size and seq_len "
                               "(default: %(default)s)")

@@ -140,7 +140,9 @@ def test_labels_and_duplicate_default_labels(runs, cache, tmp_path):
     labels = [e["label"] for e in json.loads((out / "analysis.json").read_text())["checkpoints"]]
     assert labels == ["standard step 6 [standard]", "standard step 6 [standard] #2"]
     assert main(["analyze", str(dirs["standard"]), "--labels", "baseline", "--out", str(out),
-                 "--max-batches", "1"]) == 0
+                 "--max-batches", "1"]) == 2  # another report's folder (two checkpoints, not one)
+    assert main(["analyze", str(dirs["standard"]), "--labels", "baseline", "--out", str(out),
+                 "--max-batches", "1", "--force"]) == 0
     assert json.loads((out / "analysis.json").read_text())["checkpoints"][0]["label"] == "baseline"
     assert "| baseline |" in (out / "summary.md").read_text()
 

@@ -96,6 +96,17 @@ def test_a_folder_with_run_files_and_no_checkpoint_is_not_overwritten_without_fo
     assert yaml.safe_load((out_dir(run) / "config.yaml").read_text())["train"]["steps"] == 4
 
 
+def test_force_clears_the_earlier_runs_tensorboard_events_and_tokenizer_files(write_config):
+    path, run = write_config(steps=2, tensorboard=True)
+    for name in ("tensorboard", "tokenizer"):
+        (out_dir(run) / name).mkdir(parents=True)
+        (out_dir(run) / name / "earlier-run").write_text("of a run trained before")
+    assert main(["train", "--config", str(path), "--force"]) == 0
+    events = list((out_dir(run) / "tensorboard").iterdir())
+    assert events and all(p.name.startswith("events.out.tfevents") for p in events)  # no curves of two runs
+    assert not (out_dir(run) / "tokenizer" / "earlier-run").exists()
+
+
 def test_resume_refuses_steps_below_the_checkpoint_and_rewrites_nothing(write_config, capsys):
     path, run = write_config(steps=8)
     train(load_run_config(path))

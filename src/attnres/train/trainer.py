@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -138,6 +139,11 @@ class Trainer:
         self.model = self._starting_model(checkpoint)
         self.parallel = self._wrap()
         if self.main:  # only now, with the data, the weights and the split checked: bad input writes nothing
+            if checkpoint is None:  # an earlier run's files (force): none of them may mix with this run's
+                tokenizer = Path(self.run.data.tokenizer).resolve()  # kept when it is this run's tokenizer
+                for name in RUN_FILES:
+                    if (self.run_dir / name).resolve() not in (tokenizer, tokenizer.parent):
+                        _remove(self.run_dir / name)
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(self.run.to_dict(), sort_keys=False))
             self.data.tokenizer.save(self.run_dir / "tokenizer")
@@ -357,6 +363,14 @@ def deterministic_algorithms() -> Iterator[None]:
         yield
     finally:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
+def _remove(path: Path) -> None:
+    """Delete file or folder `path` if it exists (a symlink itself, not its target)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def _quiet(*args, **kwargs) -> None:
