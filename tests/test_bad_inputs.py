@@ -29,6 +29,7 @@ import pytest
 import torch
 import transformers
 import yaml
+from safetensors.torch import load_file, save_file
 
 import attnres.hf  # noqa: F401  (registers the Auto classes)
 from attnres.cli import main
@@ -179,6 +180,22 @@ def old_format(values: dict) -> None:
     values["format"] = "attnres-checkpoint-0"
 
 
+def step_as_text(checkpoint: Path) -> None:
+    """A spoil that writes the first metrics.jsonl record's step of the checkpoint's run as a string."""
+    path = checkpoint.parent.parent / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    lines[0] = json.dumps({**json.loads(lines[0]), "step": "1"})
+    path.write_text("\n".join(lines) + "\n")
+
+
+def fp8_weights(directory: Path) -> None:
+    """A spoil that stores a model's matrices as float8 (an fp8-quantised checkpoint without its config)."""
+    path = directory / "model.safetensors"
+    weights = {name: tensor.to(torch.float8_e4m3fn) if tensor.dim() == 2 else tensor
+               for name, tensor in load_file(path).items()}
+    save_file(weights, path, metadata={"format": "pt"})
+
+
 def foreign_out(tmp: Path) -> str:
     """An --out folder holding a bench.json of another version, to check it is left as it was."""
     out = tmp / "out"
@@ -309,6 +326,13 @@ CASES = [
          lambda w, t: ["train", "--config", str(run_config(w, t, out_dir=str(run_copy(w, t, state(old_format))))),
                        "--resume"],
          r"is not an attnres checkpoint \(format 'attnres-checkpoint-1' or 'attnres-dcp-checkpoint-1' expected\)"),
+    Case("train", "wrong directory", "out_dir inside data.source (was: the next run read metrics.jsonl as text)",
+         lambda w, t: ["train", "--config", str(run_config(w, t)), "--set", f"out_dir={w.corpus / 'run'}"],
+         r"out_dir \S*corpus/run is inside data\.source \S*corpus: the run's own files .* choose an out_dir outside"),
+    Case("train", "other version", "--resume with a metrics.jsonl record whose step is a string (was: a TypeError)",
+         lambda w, t: ["train", "--config", str(run_config(w, t, out_dir=str(run_copy(w, t, step_as_text)))),
+                       "--resume", "--set", "train.steps=4"],
+         r"metrics\.jsonl: a record's step is '1', not an integer; .*changed by hand: fix that record or remove it"),
     Case("train", "invalid option", "--device tpu",
          lambda w, t: ["train", "--config", str(run_config(w, t)), "--device", "tpu"],
          r"--device must be 'cpu', 'cuda' or 'cuda:N', got 'tpu'"),
@@ -486,6 +510,13 @@ CASES = [
     Case("convert", "other version", "a GGUF v1 file",
          lambda w, t: ["convert", gguf(t, 1), "--out", str(t / "out")],
          r"cannot read GGUF file \S*model\.gguf \(.*GGUF v1.*\); give a GGUF v2 or v3 file"),
+    Case("convert", "config.json", "an fp8 checkpoint (quantization_config)",
+         lambda w, t: ["convert", model_dir(w, t, set_config(quantization_config={"quant_method": "fp8"}), w.llama),
+                       "--out", str(t / "out")],
+         r"config\.json has a quantization_config \(quant_method 'fp8'\): the weights are quantised"),
+    Case("convert", "corrupt weights", "fp8 weights without a quantization_config (was: isfinite's traceback)",
+         lambda w, t: ["convert", model_dir(w, t, fp8_weights, w.llama), "--out", str(t / "out")],
+         r"tensor '\S+' has dtype F8_E4M3, a quantised \(fp8\) weight; .* dequantise the checkpoint first"),
     Case("convert", "invalid option", "--option num_blocks=7 for 2 layers",
          lambda w, t: ["convert", str(w.llama), "--residual", "block_attnres", "--option", "num_blocks=7",
                        "--out", str(t / "out")],
@@ -501,6 +532,10 @@ CASES = [
     Case("finetune", "missing path", "INIT that does not exist",
          lambda w, t: ["finetune", str(t / "absent"), *ft_args(w, t)],
          r"init_from: \S*absent/config\.json does not exist; expected the output of `attnres convert`"),
+    Case("finetune", "invalid option", "--set data.tokenizer=bpe on a model with its own tokenizer (was: 'has none')",
+         lambda w, t: ["finetune", str(w.converted), *ft_args(w, t), "--set", "data.tokenizer=bpe"],
+         r"data\.tokenizer is 'bpe', but a fine-tuned model must read the tokens it was trained on: leave "
+         r"data\.tokenizer out to use \S*converted's own tokenizer"),
     Case("finetune", "wrong directory", "a run directory (not one of its checkpoints)",
          lambda w, t: ["finetune", str(w.run), *ft_args(w, t)],
          r"init_from: \S*run/config\.json does not exist; expected the output of `attnres convert` or a training"),
@@ -582,6 +617,12 @@ CASES = [
          r"max_new_tokens=999,999,999,936: a static cache of [\d,]+ positions for 1 row\(s\) \([\d.]+ GiB\) and "
          r"the weights \([\d.]+ GiB\) need [\d.]+ GiB, more than the [\d.]+ GiB of memory this machine has; "
          r"ask for at most [\d,]+ new tokens"),
+    Case("generate", "invalid option", "--threads 100000 (was: mmap's 'Cannot allocate memory')",
+         lambda w, t: ["generate", str(w.converted), *GEN, "--threads", "100000"],
+         r"--threads 100000 is more than the \d+ CPUs this process may use; give at most \d+"),
+    Case("generate", "invalid option", "--seed 10**23 (was: torch's 'Overflow when unpacking long long')",
+         lambda w, t: ["generate", str(w.converted), *GEN, "--sample", "--seed", str(10 ** 23)],
+         r"--seed must be an integer from 0 to 2\*\*64 - 1 \(torch's seed range\), got 1000"),
     Case("generate", "invalid option", "--top-p 2",
          lambda w, t: ["generate", str(w.converted), *GEN, "--sample", "--top-p", "2"],
          r"--top-p must be a number in \(0, 1\], got 2\.0"),

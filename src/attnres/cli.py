@@ -138,7 +138,7 @@ def _lm_eval(args: argparse.Namespace) -> int:
 
     tasks = parse_tasks(args.tasks)
     out = None if args.out is None else user_path(args.out, "--out")
-    check_lm_eval_options(args.batch_size, args.limit, args.include_path, out)
+    check_lm_eval_options(args.batch_size, args.limit, args.include_path, out, args.force)
     results = run_lm_eval(args.model, tasks, include_path=args.include_path, batch_size=args.batch_size,
                           limit=args.limit, device=args.device)
     text = json.dumps(results, indent=2, default=str)
@@ -174,7 +174,7 @@ def _bench(args: argparse.Namespace) -> int:
     default = f"reports/bench-{'quick' if args.quick else Path(args.preset).stem}"
     out = user_path(default if args.out is None else args.out, "--out")
     check_out_dir(out)
-    check_report_folder(out, "bench", None, args.force)
+    check_report_folder(out, "bench", None, args.force, rerun=False)
     results = run_bench(config, out, command="attnres " + shlex.join(args.argv))
     mark_report_folder(out, "bench")
     print()
@@ -192,7 +192,9 @@ def _analyze(args: argparse.Namespace) -> int:
     if args.seq_len is not None:
         check_int(args.seq_len, "--seq-len")
     check_int(args.batch_size, "--batch-size")
-    analysed = [str(Path(path).resolve()) for path in args.checkpoints]
+    analysed = {"checkpoints": [str(Path(path).resolve()) for path in args.checkpoints],
+                **{name: getattr(args, name) for name in ("labels", "max_batches", "causal", "causal_routers", "data",
+                                                          "seq_len", "batch_size")}}
     check_report_folder(out, "analyze", analysed, args.force)
     analyze(args.checkpoints, out, labels=args.labels, max_batches=args.max_batches, device=args.device,
             command="attnres " + shlex.join(args.argv), causal=args.causal or bool(args.causal_routers),

@@ -32,8 +32,7 @@ def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
 
 def _add_report_force(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
-                        help="write the report into an --out holding files this command did not write there, or "
-                             "another report, replacing files of the same names")
+                        help="write into an --out holding other files or reports, replacing same names")
 
 
 def _compare_parser(sub) -> None:
@@ -156,6 +155,7 @@ def _lm_eval_parser(sub) -> None:
     lm_eval.add_argument("--limit", type=int, default=None,
                          help="at most this many examples per task (default: all)")
     lm_eval.add_argument("--out", default=None, help="also write the results JSON here (default: print only)")
+    lm_eval.add_argument("--force", action="store_true", help="replace an existing --out file")
     lm_eval.add_argument("--device", default="cpu", help=DEVICE_HELP)
 
 

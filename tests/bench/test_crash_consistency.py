@@ -13,7 +13,8 @@ def test_a_killed_bench_leaves_whole_reports_and_reruns(tmp_path):
     json_path, md_path = out / "bench.json", out / "bench.md"
 
     def bench(kill=None):
-        return run_cli(["bench", "--quick", "--variants", "block_attnres", "--depths", "none", "--out", str(out)],
+        return run_cli(["bench", "--quick", "--variants", "block_attnres", "--depths", "none", "--out", str(out),
+                        "--force"],  # each rerun replaces the earlier report, as asked
                        tmp_path, {}, kill)
 
     # uninterrupted: both files reach their final names by a rename

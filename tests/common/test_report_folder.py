@@ -32,11 +32,26 @@ def test_the_same_command_on_the_same_inputs_may_rewrite_its_report(tmp_path):
 def test_another_commands_report_or_other_inputs_are_refused_unless_forced(tmp_path):
     (tmp_path / "summary.md").write_text("a report")
     mark_report_folder(tmp_path, "analyze", ["ckpt/a"])
-    with pytest.raises(InputError, match=r"holds the report of attnres analyze on other inputs \(ckpt/a, not ckpt/b\)"):
+    with pytest.raises(InputError, match=r"holds the report of attnres analyze on other inputs \(ckpt/a there, ckpt/b "
+                                         r"now\)"):
         check_report_folder(tmp_path, "analyze", ["ckpt/b"])
+    mark_report_folder(tmp_path, "analyze", {"checkpoints": ["a"], "max_batches": 4})
+    with pytest.raises(InputError, match=r"on other inputs \(max_batches: 4 there, 2 now\)"):
+        check_report_folder(tmp_path, "analyze", {"checkpoints": ["a"], "max_batches": 2})
     with pytest.raises(InputError, match=r"holds the report of attnres analyze; choose another --out, or pass --force"):
         check_report_folder(tmp_path, "bench")
     check_report_folder(tmp_path, "analyze", ["ckpt/b"], force=True)
+
+
+def test_a_bench_report_holds_timings_a_rerun_would_not_reproduce_so_a_rerun_is_refused(tmp_path):
+    (tmp_path / "bench.json").write_text(json.dumps({"config": {}, "models": []}))  # an earlier release's
+    with pytest.raises(InputError, match=r"holds an earlier attnres bench report, whose measurements a rerun would "
+                                         r"not reproduce; choose another --out, or pass --force"):
+        check_report_folder(tmp_path, "bench", rerun=False)
+    mark_report_folder(tmp_path, "bench")
+    with pytest.raises(InputError, match="would not reproduce"):
+        check_report_folder(tmp_path, "bench", rerun=False)
+    check_report_folder(tmp_path, "bench", rerun=False, force=True)
 
 
 @pytest.mark.parametrize("command, filename, results", [

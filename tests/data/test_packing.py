@@ -95,3 +95,33 @@ def test_the_digest_is_of_the_streams_bytes_written_in_chunks_or_computed_for_an
     assert packing.stream_digest(*cache.load("k")) == expected.hexdigest()
     _, other = TokenCache(tmp_path / "other").load_or_build("k", lambda: texts[:-1], tokenizer)
     assert other["digest"] != expected.hexdigest()
+
+
+def test_a_writer_killed_mid_stream_leaves_a_file_the_next_writer_removes(tokenizer, tmp_path):
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    # a writer that tokenises one chunk, then waits: killed there, it leaves its temporary file
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\n"
+        "from attnres.data import packing, train_bpe\n"
+        "from tests.data.helpers import make_texts\n"
+        "packing.CHUNK_DOCUMENTS = 1\n"
+        "def texts():\n"
+        "    yield 'one document'\n"
+        "    yield 'two documents'\n"
+        "    print('written', flush=True)\n"
+        "    time.sleep(600)\n"
+        f"packing.TokenCache({str(tmp_path)!r}).load_or_build('key', texts, train_bpe(make_texts(60, seed=2), 300))\n")],
+        stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    assert child.stdout.readline().strip() == "written"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    left = [p.name for p in tmp_path.iterdir()]
+    assert len(left) == 1 and left[0].startswith(f".key-{socket.gethostname()}-{child.pid}-")
+    other_host = tmp_path / ".key-another-host-1-abc.tmp"  # a writer on another machine sharing the cache: kept
+    other_host.write_bytes(b"")
+    TokenCache(tmp_path).load_or_build("key", lambda: ["a document"], tokenizer)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [other_host.name, "key.bin", "key.json"]

@@ -1,15 +1,18 @@
 """Process-group helpers: no-ops in one process, collectives on 2 ranks, joining torchrun's group."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 
+from attnres.cli import main
 from attnres.distributed import env
 from tests.distributed.dp_runs import shared_runs
 from tests.distributed.spawn import free_port
-from tests.train.conftest import corpus_dir  # noqa: F401  (fixture)
+from tests.train.conftest import corpus_dir, write_config  # noqa: F401  (fixtures)
 
 
 def test_helpers_are_no_ops_in_one_process(monkeypatch):
@@ -37,6 +40,28 @@ def test_init_from_env_joins_the_group_torchrun_describes(monkeypatch):
     finally:
         env.shutdown()
     assert not dist.is_initialized()
+
+
+@pytest.mark.parametrize("variables, message", [
+    ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"},
+     r"RANK, WORLD_SIZE, LOCAL_RANK are set, as torchrun sets them, but MASTER_ADDR and MASTER_PORT are not; launch "
+     r"with torchrun .*, or unset RANK, WORLD_SIZE, LOCAL_RANK to run one process"),
+    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "x", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+     r"the environment variable LOCAL_RANK='x' is not a rank or size"),
+    ({"RANK": "3", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"},
+     r"RANK=3 and WORLD_SIZE=2 describe no process of the group"),
+])
+def test_torchrun_variables_left_in_a_shell_are_named_before_anything_runs(variables, message, write_config,
+                                                                           monkeypatch, capsys):
+    path, run = write_config()
+    for name in ("MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert main(["train", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("attnres train: error: ") and err.count("\n") == 1 and re.search(message, err), err
+    assert not dist.is_initialized() and not Path(run["out_dir"]).exists()
 
 
 def test_collectives_on_two_ranks(tmp_path_factory, corpus_dir):  # noqa: F811

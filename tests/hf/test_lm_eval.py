@@ -161,3 +161,7 @@ def test_the_request_is_checked_before_the_model_loads(tmp_path):
         check_lm_eval_options(1, None, tmp_path / "absent", None)
     with pytest.raises(InputError, match=r"--out \S+: give a file path in an existing folder"):
         check_lm_eval_options(1, 5, None, tmp_path)
+    (tmp_path / "earlier.json").write_text("{}")  # an earlier result, or a file of the user's: kept unless forced
+    with pytest.raises(InputError, match=r"--out \S+earlier\.json exists; give a new file path, or pass --force"):
+        check_lm_eval_options(1, None, None, tmp_path / "earlier.json")
+    check_lm_eval_options(1, None, None, tmp_path / "earlier.json", force=True)

@@ -116,7 +116,8 @@ def test_call_time_errors():
         model(torch.zeros(1, 65, dtype=torch.long))
     with pytest.raises(ValueError, match=r"shape \(batch, seq_len\)"):
         model(torch.zeros(5, dtype=torch.long))
-    with pytest.raises(ValueError, match="integer tensor"):
+    with pytest.raises(ValueError, match=r"input_ids must be token ids of dtype torch.int64 or torch.int32, got "
+                                         r"torch.float32; convert them with .long\(\)"):
         model(torch.zeros(1, 5))
     with pytest.raises(ValueError, match=r"labels must have shape \(1, 5\)"):
         model(torch.zeros(1, 5, dtype=torch.long), labels=torch.zeros(1, 4, dtype=torch.long))

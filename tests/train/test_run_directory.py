@@ -242,3 +242,14 @@ def test_compare_and_scaling_on_a_folder_in_use_stop_at_once_in_one_line(command
         assert main([*command, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"--out {out} is in use by another attnres process (pid {os.getpid()})" in err
+
+
+def test_a_warm_up_longer_than_the_run_is_said_on_stderr(write_config, capsys):
+    path, run = write_config(steps=2, warmup_steps=8)
+    assert main(["train", "--config", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert ("note: train.warmup_steps=8 is more than train.steps=2: the learning rate rises through the whole run, "
+            "to 25% of train.lr, and never decays") in err
+    path, run = write_config("ok", steps=2, warmup_steps=2)
+    assert main(["train", "--config", str(path)]) == 0
+    assert "warmup_steps" not in capsys.readouterr().err

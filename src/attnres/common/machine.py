@@ -50,6 +50,11 @@ def memory_allocator(maps: str | None = None) -> str | None:
     return "libc"
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one, else every CPU)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def machine_info(device: torch.device) -> dict:
     """torch version, device and its name, torch threads, CPU count, Python, platform, CPU bf16 support,
     the CPU kernel family ATen dispatches to ("AVX512", "AVX2", ...; ATEN_CPU_CAPABILITY overrides it)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import itertools
 import json
 import os
+import socket
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -45,6 +47,26 @@ def pack_documents(texts: Iterable[str], tokenizer: Tokenizer) -> Iterator[np.nd
         yield _encode_chunk(buffer, tokenizer, dtype)
 
 
+def _remove_orphans(root: Path, key: str) -> None:
+    """Delete the temporary files of `key` left by writers on this host that were killed (their process
+    is gone); a live writer's, or another host's, is kept."""
+    host = socket.gethostname()
+    for path in root.glob(f".{glob.escape(key)}-{glob.escape(host)}-*.tmp"):
+        pid = path.name[len(f".{key}-{host}-"):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def stream_digest(tokens: np.ndarray, meta: dict[str, Any]) -> str:
     """The blake2b digest of a cached stream's bytes: from its metadata, or computed for a stream
     cached before digests were recorded."""
@@ -77,7 +99,9 @@ class TokenWriter:
         self.tokens = 0
         self._digest = hashlib.blake2b(digest_size=16)  # of the stream's bytes, so a changed corpus is seen
         cache.root.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(prefix=f".{key}-", suffix=".tmp", dir=cache.root)
+        owner = f"{socket.gethostname()}-{os.getpid()}"  # a killed writer's file is found by this on the next run
+        _remove_orphans(cache.root, key)
+        fd, self._tmp = tempfile.mkstemp(prefix=f".{key}-{owner}-", suffix=".tmp", dir=cache.root)
         self._file = os.fdopen(fd, "wb")
 
     def add(self, text: str) -> None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from attnres.common.errors import InputError
+
 TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
@@ -45,6 +47,8 @@ def init_from_env(device: str | torch.device = "cpu") -> DistributedEnv | None:
     """
     if not launched_by_torchrun():
         return None
+    if not dist.is_initialized():
+        check_launch_variables()
     device = torch.device(device)
     local_rank = int(os.environ["LOCAL_RANK"])
     if device.type == "cuda":
@@ -53,6 +57,26 @@ def init_from_env(device: str | torch.device = "cpu") -> DistributedEnv | None:
     if not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     return current_env(device)
+
+
+def check_launch_variables() -> None:
+    """InputError naming the variable when torchrun's variables are set but cannot describe a group: not
+    integers, a rank outside the world, or no MASTER_ADDR/MASTER_PORT (variables left over in a shell)."""
+    values = {name: os.environ[name] for name in TORCHRUN_VARIABLES}
+    advice = (f"launch with torchrun (docs/how-to/scale-out.md), or unset {', '.join(TORCHRUN_VARIABLES)} to run "
+              f"one process")
+    for name, value in values.items():
+        if not value.strip().isdigit():
+            raise InputError(f"the environment variable {name}={value!r} is not a rank or size (a non-negative "
+                             f"integer); {advice}")
+    rank, world_size = int(values["RANK"]), int(values["WORLD_SIZE"])
+    if not rank < world_size:
+        raise InputError(f"the environment variables RANK={rank} and WORLD_SIZE={world_size} describe no process of "
+                         f"the group (RANK must be below WORLD_SIZE); {advice}")
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
+    if missing:
+        raise InputError(f"{', '.join(TORCHRUN_VARIABLES)} are set, as torchrun sets them, but {' and '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not; {advice}")
 
 
 def current_env(device: str | torch.device = "cpu") -> DistributedEnv | None:

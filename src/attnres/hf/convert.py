@@ -82,6 +82,12 @@ def model_config_from_hf(hf_config: dict, residual: str = "standard", residual_o
     """
     residual_options = merge_old_option_keywords("model_config_from_hf", residual_options, deprecated,
                                                  error=ConversionError)
+    quantization = hf_config.get("quantization_config")
+    if quantization:
+        method = quantization.get("quant_method", "not named") if isinstance(quantization, dict) else quantization
+        raise ConversionError(f"config.json has a quantization_config (quant_method {method!r}): the weights are "
+                              f"quantised, and attnres converts unquantised ones (fp32, bf16, fp16); convert the "
+                              f"unquantised model, or dequantise this one first")
     fields = _layout_fields(hf_config)
     model_type = hf_config["model_type"]
     if model_type == KIMI_LINEAR:

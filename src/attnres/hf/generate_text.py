@@ -5,6 +5,7 @@ the decoding cost (`timing_lines`). The command line only parses its flags into 
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,9 +13,9 @@ from typing import Callable
 
 import torch
 
-from attnres.common.checks import check_choice, check_int, check_positive_number
+from attnres.common.checks import check_choice, check_int, check_positive_number, is_int
 from attnres.common.errors import InputError
-from attnres.common.machine import cpu_has_native_bf16
+from attnres.common.machine import available_cpus, cpu_has_native_bf16
 from attnres.common.precision import PRECISIONS, WEIGHT_DTYPES
 from attnres.hf.fast_generation import load_model_dir
 from attnres.generation.memory_bandwidth import read_bandwidth
@@ -62,6 +63,11 @@ class GenerationRequest:
         check_choice(self.routing_impl, "--routing-impl", IMPLS)
         check_int(self.max_new_tokens, "--max-new-tokens")
         check_int(self.threads, "--threads", allow_none=True)
+        if self.threads is not None and self.threads > available_cpus():
+            raise InputError(f"--threads {self.threads} is more than the {available_cpus()} CPUs this process may "
+                             f"use; give at most {available_cpus()} (more threads than CPUs only slow decoding)")
+        if self.seed is not None and not (is_int(self.seed) and 0 <= self.seed < 2 ** 64):
+            raise InputError(f"--seed must be an integer from 0 to 2**64 - 1 (torch's seed range), got {self.seed!r:.40}")
         if not isinstance(self.prompt, str) or not self.prompt:
             raise InputError(f"--prompt must be a non-empty text, got {self.prompt!r:.80}")
         _check_utf8(self.prompt)
@@ -123,10 +129,10 @@ def timing_lines(result, request: GenerationRequest) -> list[str]:
     else:
         compiled = f"{result.compile_s:.1f} s (the first decode step: torch.compile, mode {result.compile_mode!r})"
     lines = [f"prompt: {result.prompt_tokens} tokens, prefill {result.prefill_s:.3f} s "
-             f"({result.prefill_tokens_per_s:.1f} tokens/s)\n"
+             f"({_rate(result.prefill_tokens_per_s)})\n"
              f"compile: {compiled}\n"
              f"decode: {result.decode_steps} tokens in {result.decode_s:.3f} s "
-             f"({result.decode_tokens_per_s:.1f} tokens/s); {result.new_tokens} new tokens in all, weights "
+             f"({_rate(result.decode_tokens_per_s)}); {result.new_tokens} new tokens in all, weights "
              f"{request.dtype}, precision {request.precision}, {torch.get_num_threads()} threads, {request.device}"]
     if result.decode_steps and request.device == "cpu":
         limit = read_bandwidth()
@@ -138,3 +144,8 @@ def timing_lines(result, request: GenerationRequest) -> list[str]:
                      f"{result.decode_gb_per_s:.1f} GB/s: {100 * result.decode_gb_per_s / limit.gb_s:.0f} % of this "
                      f"machine's read bandwidth ({limit.gb_s:.1f} GB/s, {kept})")
     return lines
+
+
+def _rate(tokens_per_s: float) -> str:
+    """"123.4 tokens/s", or why there is no rate (nothing timed: no decode step, or a time below the clock's)."""
+    return f"{tokens_per_s:.1f} tokens/s" if math.isfinite(tokens_per_s) else "no rate: nothing long enough to time"

@@ -28,8 +28,9 @@ def parse_tasks(text: str) -> list[str]:
 
 
 def check_lm_eval_options(batch_size: int, limit: int | None, include_path: str | Path | None,
-                          out: str | Path | None) -> None:
-    """`attnres lm-eval`'s numbers and paths, refused before the model loads, each naming its flag."""
+                          out: str | Path | None, force: bool = False) -> None:
+    """`attnres lm-eval`'s numbers and paths, refused before the model loads, each naming its flag; an
+    existing --out file is replaced only with `force`."""
     check_int(batch_size, "--batch-size")
     if limit is not None:
         check_int(limit, "--limit")
@@ -37,6 +38,8 @@ def check_lm_eval_options(batch_size: int, limit: int | None, include_path: str 
         raise InputError(f"--include-path {include_path} is not a folder; give a folder of task YAML files")
     if out and (Path(out).is_dir() or not Path(out).parent.is_dir()):
         raise InputError(f"--out {out}: give a file path in an existing folder (the results JSON is written there)")
+    if out and Path(out).exists() and not force:
+        raise InputError(f"--out {out} exists; give a new file path, or pass --force to replace it")
 
 
 def run_lm_eval(model_dir: str | Path, tasks: list[str], include_path: str | Path | None = None,

@@ -223,6 +223,9 @@ def _header_stand_ins(file: Path) -> dict[str, torch.Tensor]:
     for name, (shape, dtype_name) in entries.items():
         if dtype_name not in _TORCH_DTYPES:
             raise ConversionError(f"{file}: tensor {name!r} has dtype {dtype_name}, which attnres does not convert")
+        if dtype_name.startswith("F8") and len(shape) >= 2:
+            raise ConversionError(f"{file}: tensor {name!r} has dtype {dtype_name}, a quantised (fp8) weight; attnres "
+                                  f"converts unquantised weights (fp32, bf16, fp16): dequantise the checkpoint first")
         stand_ins[name] = torch.empty(shape, dtype=_TORCH_DTYPES[dtype_name], device="meta")
     return stand_ins
 

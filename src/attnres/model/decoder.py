@@ -132,6 +132,8 @@ class AttnResLM(nn.Module):
         real = None if attention_mask is None else attention_mask[:, past:].bool()
         self.run_sublayers(state, 0, self.config.num_sublayers, rope, cache, mask, real)
         logits = self.output_logits(state)
+        if labels is not None:
+            _check_ids(labels, "labels", shape=tuple(input_ids.shape))
         if labels is not None and attention_mask is not None:
             labels = _labels_of_real_tokens(labels, attention_mask[:, past:])
         loss = None if labels is None else next_token_loss(logits, labels)
@@ -169,10 +171,7 @@ class AttnResLM(nn.Module):
         return function(*args)
 
     def _check_input_ids(self, input_ids: torch.Tensor, past: int) -> None:
-        if input_ids.dim() != 2:
-            raise InputError(f"input_ids must have shape (batch, seq_len), got {tuple(input_ids.shape)}")
-        if input_ids.dtype.is_floating_point or input_ids.dtype.is_complex or input_ids.dtype == torch.bool:
-            raise InputError(f"input_ids must be an integer tensor, got dtype {input_ids.dtype}")
+        _check_ids(input_ids, "input_ids")
         if past + input_ids.shape[1] > self.config.max_seq_len:
             raise InputError(f"input_ids has seq_len {input_ids.shape[1]} after {past} cached positions, longer "
                              f"than the configured maximum ModelConfig.max_seq_len={self.config.max_seq_len}")
@@ -253,3 +252,18 @@ def next_token_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
             raise
         raise InputError(f"labels must be token ids in [0, {vocab}) (the model's vocab_size) or -100 (ignored); "
                          f"got {outside[0].item()} among {outside.numel()} outside that range") from None
+
+
+def _check_ids(ids: object, name: str, shape: tuple[int, ...] | None = None) -> None:
+    """InputError unless `ids` is a (batch, seq_len) integer tensor (of `shape`): torch.long, or torch.int32
+    for input_ids."""
+    if not isinstance(ids, torch.Tensor):
+        raise InputError(f"{name} must be a torch tensor of shape (batch, seq_len) and dtype torch.long, got a "
+                         f"{type(ids).__name__}; use torch.tensor(ids, dtype=torch.long)")
+    if ids.dim() != 2 or (shape is not None and tuple(ids.shape) != shape):
+        wanted = "(batch, seq_len)" if shape is None else f"{shape}, that of input_ids"
+        raise InputError(f"{name} must have shape {wanted}, got {tuple(ids.shape)}")
+    allowed = (torch.long,) if name == "labels" else (torch.long, torch.int32)  # cross entropy takes long targets
+    if ids.dtype not in allowed:
+        raise InputError(f"{name} must be token ids of dtype {' or '.join(map(str, allowed))}, got {ids.dtype}; "
+                         f"convert them with .long()")

@@ -11,6 +11,8 @@ import torch
 
 from attnres.checkpoint import Checkpoint, CheckpointError, latest_checkpoint, read_checkpoint
 from attnres.common.evaluation import evaluating
+from attnres.common.checks import check_int
+from attnres.common.machine import check_device
 from attnres.common.precision import autocast
 from attnres.data import DataConfig, PreparedData, eval_batches, prepare_data
 from attnres.data.tokenizer import TOKENIZER_FILE
@@ -168,6 +170,8 @@ def evaluate_checkpoint(path: str | Path, max_batches: int | None = None, device
     max_batches=None uses the run's train.eval_batches setting. Returns {"checkpoint", "step",
     "val_loss", "val_ppl", "val_tokens"}.
     """
+    check_int(max_batches, "evaluate_checkpoint: max_batches", allow_none=True)
+    check_device(device, "evaluate_checkpoint: device")
     loaded = load_checkpoint(path, device)
     batches = held_out_batches(loaded, max_batches, device)
     return {"checkpoint": str(loaded.checkpoint.path), "step": loaded.checkpoint.step,

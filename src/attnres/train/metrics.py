@@ -63,7 +63,13 @@ def read_metrics(run_dir: Path) -> list[dict]:
 def records_to_keep(path: Path, resume_step: int) -> list[dict]:
     """The records of `path` up to `resume_step`, those a run resumed from that step keeps (the
     interrupted process may have logged past its last checkpoint)."""
-    return [r for r in read_records(path) if r.get("step", 0) <= resume_step]
+    records = read_records(path)
+    for record in records:
+        step = record.get("step", 0)
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise InputError(f"{path}: a record's step is {step!r:.40}, not an integer; the trainer writes integer "
+                             f"steps, so this file was changed by hand: fix that record or remove it")
+    return [r for r in records if r.get("step", 0) <= resume_step]
 
 
 def read_records(path: Path, warn=None) -> list[dict]:

@@ -120,8 +120,12 @@ def load_finetune_config(init_from: str | Path, path: str | Path | None = None,
     """The run that fine-tunes the converted model `init_from`: `finetune_defaults`, refined by the YAML
     at `path` and `overrides`. RunConfigError when it would train with a new BPE: a pretrained model
     needs its own tokenizer."""
-    run = load_run_config(path, overrides, base=finetune_defaults(init_from))
+    base = finetune_defaults(init_from)
+    run = load_run_config(path, overrides, base=base)
     if run.data.tokenizer == "bpe":
+        if "data" in base:  # the model has one: the config or an override asked for a new BPE
+            raise RunConfigError(f"data.tokenizer is 'bpe', but a fine-tuned model must read the tokens it was "
+                                 f"trained on: leave data.tokenizer out to use {init_from}'s own tokenizer")
         raise RunConfigError(f"finetune needs the model's own tokenizer and {init_from} has none; "
                              f"pass --set data.tokenizer=DIR")
     return run

@@ -33,6 +33,7 @@ from attnres.common.deprecation import warn_deprecated
 from attnres.common.errors import InputError
 from attnres.common.run_lock import RunLock
 from attnres.common.run_options import check_out_dir
+from attnres.common.machine import check_device
 from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
 from attnres.distributed.env import Silent, all_reduce_mean, all_reduce_tensor_sum, current_env, is_main, main_first
@@ -99,7 +100,8 @@ class Trainer:
 
     def __init__(self, run: RunConfig, resume: bool = False, device: str | torch.device = "cpu", log=print,
                  on_step: Callable[[dict], object] | None = None, force: bool = False) -> None:
-        self.run, self.cfg, self.device = run, run.train, torch.device(device)
+        _check_arguments(run, resume, force)
+        self.run, self.cfg, self.device = run, run.train, check_device(device, "device")
         self.env = current_env(self.device)
         self.mode = resolve_parallel(self.cfg, self.env)
         self.main = is_main()
@@ -113,6 +115,7 @@ class Trainer:
         # One process per run directory: a second one stops here, before it reads or writes anything.
         if self.main:
             check_out_dir(self.run_dir, "out_dir")  # a file, a dangling link, no write access: one line now
+            _check_outside_source(self.run_dir, run.data.source)
         self._lock = RunLock(self.run_dir).acquire() if self.main else None
         try:
             self._set_up(self._checkpoint_to_resume() if resume else self._check_fresh(force))
@@ -151,6 +154,10 @@ class Trainer:
         take_step_loads(self.expert_routers)  # forget anything counted before training (e.g. a warm-up forward)
         self.optimizer = build_optimizer(self.model, self.cfg, only=self.parallel.trained_parameter_names())
         self.scheduler = build_scheduler(self.optimizer, self.cfg)
+        if self.cfg.warmup_steps > self.cfg.steps and self.main:
+            _note(f"note: train.warmup_steps={self.cfg.warmup_steps} is more than train.steps={self.cfg.steps}: the "
+                  f"learning rate rises through the whole run, to {self.cfg.steps / self.cfg.warmup_steps:.0%} of "
+                  f"train.lr, and never decays; lower warmup_steps for a schedule that does")
         self.loader = TokenBatches(self.data.train_tokens, self.cfg.seq_len, self.cfg.batch_size, self.cfg.seed)
         self.stability = self.cfg.stability_monitor()
         # Validation: each rank its rows of every batch, losses averaged; diagnostics: whole batches.
@@ -365,6 +372,28 @@ def deterministic_algorithms() -> Iterator[None]:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
+def _check_arguments(run: object, resume: object, force: object) -> None:
+    """InputError for a caller's argument of the wrong type (the command builds them right)."""
+    if not isinstance(run, RunConfig):
+        raise InputError(f"train takes a RunConfig (RunConfig.from_dict(d), or load_run_config(path)), got "
+                         f"{type(run).__name__}")
+    for name, value in (("resume", resume), ("force", force)):
+        if not isinstance(value, bool):
+            raise InputError(f"train: {name} must be True or False, got {value!r:.40}")
+
+
+def _check_outside_source(run_dir: Path, source: str) -> None:
+    """InputError when the run directory lies inside a local data.source: its own files (metrics.jsonl,
+    config.yaml) would be read as training text by the next run or resume."""
+    folder = Path(source).expanduser()
+    if not folder.is_dir():  # a file, or a named corpus (python-docs, a hub dataset)
+        return
+    folder, inside = folder.resolve(), run_dir.resolve()
+    if inside == folder or folder in inside.parents:
+        raise InputError(f"out_dir {run_dir} is inside data.source {source}: the run's own files (metrics.jsonl, "
+                         f"config.yaml) would be read as training text; choose an out_dir outside it")
+
+
 def _remove(path: Path) -> None:
     """Delete file or folder `path` if it exists (a symlink itself, not its target)."""
     if path.is_dir() and not path.is_symlink():
@@ -378,5 +407,5 @@ def _quiet(*args, **kwargs) -> None:
 
 
 def _note(line: str) -> None:
-    """A setting a resume changed, on stderr (rank 0)."""
+    """A line for the user on stderr (rank 0): a setting a resume changed, a schedule that does not do what it says."""
     print(line, file=sys.stderr)
