@@ -82,7 +82,7 @@ def _compare(args: argparse.Namespace) -> int:
         return 0
     check_report_folder(out, "compare", preset.name, args.force)
     results = run_preset(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv),
-                         device=args.device, shard=parse_shard(args.shard))
+                         device=args.device, shard=parse_shard(args.shard), force=args.force)
     mark_report_folder(out, "compare", preset.name)
     _print_outcome(results, args.shard, out)
     return 0
@@ -104,7 +104,7 @@ def _scaling(args: argparse.Namespace) -> int:
     check_report_folder(out, "scaling", preset.name, args.force)
     results = run_sweep(preset, out, seeds=args.seeds, command="attnres " + shlex.join(args.argv), device=args.device,
                         shard=parse_shard(args.shard), launcher=args.launcher, replicates=args.replicates,
-                        cost_repeats=args.cost_repeats)
+                        cost_repeats=args.cost_repeats, force=args.force)
     mark_report_folder(out, "scaling", preset.name)
     _print_outcome(results, args.shard, out)
     return 0

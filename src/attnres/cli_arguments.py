@@ -30,9 +30,10 @@ def _add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
                              "(docs/how-to/scale-out.md) (default: %(default)s)")
 
 
-def _add_report_force(parser: argparse.ArgumentParser) -> None:
+def _add_report_force(parser: argparse.ArgumentParser, runs: bool = False) -> None:
     parser.add_argument("--force", action="store_true",
-                        help="write into an --out holding other files or reports, replacing same names")
+                        help="replace others' files in --out" +
+                             ("; redo interrupted runs of other settings" if runs else ", same names only"))
 
 
 def _compare_parser(sub) -> None:
@@ -43,7 +44,7 @@ def _compare_parser(sub) -> None:
                          help="seeds per variant; with a preset's protocol, the final seeds at each variant's "
                               "chosen rate (default: the preset's)")
     compare.add_argument("--out", default=None, help="report folder (default: reports/compare-PRESET)")
-    _add_report_force(compare)
+    _add_report_force(compare, runs=True)
     compare.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="override the preset's run, its cost measurement or its protocol, e.g. --set "
                               "train.steps=100 --set cost.repeats=20 --set protocol.grid_seeds=1; repeatable "
@@ -75,7 +76,7 @@ def _scaling_parser(sub) -> None:
     scaling.add_argument("--seeds", type=int, default=None,
                          help="seeds at every size (default: each size's own, else the preset's)")
     scaling.add_argument("--out", default=None, help="report folder (default: reports/scaling-PRESET)")
-    _add_report_force(scaling)
+    _add_report_force(scaling, runs=True)
     scaling.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                          help="override the preset's base run or its rules, e.g. --set train.lr=1e-3 "
                               "--set rules.tokens_per_parameter=5; repeatable (default: none)")

@@ -76,7 +76,8 @@ def test_compare_refuses_to_resume_an_interrupted_run_of_other_settings(tmp_path
     message = str(refused.value)
     assert "\n" not in message and message.startswith(f"{run_dir} holds an interrupted run with other settings (")
     assert pytest.importorskip("re").search(named, message), message
-    assert message.endswith("choose another --out, or delete that folder to train the run again with these settings")
+    assert message.endswith("choose another --out, or pass --force to discard that run and train it again with these "
+                            "settings")
     assert calls == [False] and (run_dir / "config.yaml").read_bytes() == config  # nothing trained or rewritten
     results = run_compare(load_preset(str(path)), out, log=lambda *_: None)  # the same settings: it resumes
     assert calls == [False, True] and (run_dir / RECORD_FILE).is_file()
@@ -93,8 +94,24 @@ def test_scaling_refuses_to_resume_an_interrupted_run_of_other_settings(tmp_path
     # the preset derives min_lr from lr: both are named
     with pytest.raises(RunConfigError, match=r"holds an interrupted run with other settings \(train\.lr: 0\.0006 "
                                              r"there, 0\.05 now; train\.min_lr: \S+ there, \S+ now\); choose "
-                                             r"another --out, or delete that folder"):
+                                             r"another --out, or pass --force to discard that run"):
         run_sweep(load_scaling_preset(str(path), ["train.lr=0.05"]), out, shard=(0, 2), log=lambda *_: None)
     assert calls == [False]
     assert run_sweep(load_scaling_preset(str(path)), out, shard=(0, 2), log=lambda *_: None) is None
     assert calls[:2] == [False, True]  # the same settings: it resumes
+
+
+def test_compare_with_force_discards_the_interrupted_run_of_other_settings_and_trains_it_again(tmp_path, monkeypatch):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(COMPARE))
+    out = tmp_path / "cmp"
+    calls = interrupt_first_run(monkeypatch, compare_run)
+    with pytest.raises(KeyboardInterrupt):
+        run_compare(load_preset(str(path)), out, log=lambda *_: None)
+    lines = []
+    results = run_compare(load_preset(str(path), ["train.lr=0.05"]), out, log=lines.append, force=True)
+    assert calls == [False, False]  # trained from step 0, not resumed under the new settings
+    assert any("discarding an interrupted run with other settings (train.lr: 0.0006 there, 0.05 now" in line
+               for line in lines), lines
+    record = yaml.safe_load((out / "runs" / "standard" / "seed0" / RECORD_FILE).read_text())
+    assert record["run"]["train"]["lr"] == 0.05 and results["variants"][0]["runs"][0]["final_val_loss"] > 0

@@ -52,13 +52,14 @@ class _PlannedRun:
 
 def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, command: str = "",
                 device: str = "cpu", log=print, shard: tuple[int, int] = (0, 1),
-                progress: bool | None = None) -> dict | None:
+                progress: bool | None = None, force: bool = False) -> dict | None:
     """Train preset.variants x seeds into out_dir/runs/, measure their cost, write the report; returns results.
 
     A run whose folder holds a finished record with the same settings is not trained again, and an
     interrupted run resumes from its last checkpoint, so a long comparison can be stopped and
     restarted; a record or checkpoint of other settings is refused before anything trains, naming
-    them (`attnres.train.resume.check_same_settings`). shard=(i, n) trains only runs i, i + n, ... (in seed-major order) and writes no
+    them (`attnres.train.resume.check_same_settings`; with `force`, such an interrupted run is
+    discarded and trained again). shard=(i, n) trains only runs i, i + n, ... (in seed-major order) and writes no
     report (returns None): n processes can share the work; a final unsharded call reuses their
     records and writes the report. The cost measurement (`attnres.compare.cost_measurement.measure_costs`, every
     variant interleaved in this process) is made anew by every call that writes the report: a
@@ -79,8 +80,8 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
             run = preset.run_of(spec, seed, str(out_dir / "runs" / variant_slug(spec) / f"seed{seed}"))
             plan.append(_PlannedRun(variant, seed, run, finished_record(run), len(plan) % count == index))
     todo = [p for p in plan if p.record is None and p.mine]
-    for planned in todo:  # an interrupted run of other settings: refused before anything trains
-        check_same_settings(planned.run)
+    for planned in todo:  # an interrupted run of other settings: refused (or, forced, discarded) before anything trains
+        check_same_settings(planned.run, force, log)
     display = CompareProgress(sum(p.record is not None or p.mine for p in plan), sum(p.record is not None for p in plan),
                               sum(p.run.train.steps for p in todo), log=log, interactive=progress)
     try:
@@ -90,7 +91,7 @@ def run_compare(preset: ComparePreset, out_dir: Path, seeds: int | None = None, 
                 display.note(f"[{name} seed {planned.seed}] finished earlier: val loss "
                              f"{planned.record['final_val_loss']:.4f}")
             elif planned.mine:
-                planned.record = train_variant(planned.run, name, planned.seed, device, display)
+                planned.record = train_variant(planned.run, name, planned.seed, device, display, force)
             if planned.record is not None:
                 planned.variant["runs"].append(planned.record)
         if count > 1:
@@ -137,11 +138,12 @@ def _results(preset: ComparePreset, command: str, device: str, seed_list: list[i
     }
 
 
-def train_variant(run, name: str, seed: int, device: str, display: CompareProgress) -> dict:
+def train_variant(run, name: str, seed: int, device: str, display: CompareProgress, force: bool = False) -> dict:
     """Train (or resume) one run and write its record atomically into its folder."""
     resume = bool(checkpoint_dirs(Path(run.out_dir) / "checkpoints"))
-    if resume:  # an interrupted run of other settings is refused, never resumed under this invocation's
-        check_same_settings(run)
+    if resume:  # an interrupted run of other settings is refused (forced: discarded), never resumed under these
+        check_same_settings(run, force, display.note)
+        resume = bool(checkpoint_dirs(Path(run.out_dir) / "checkpoints"))
     display.start_run(f"{name} seed {seed}", run.train.steps, "resuming" if resume else "training")
     # force: the comparison owns its run folders; one without a checkpoint is started again
     result = train(run, resume=resume, device=device, log=display.note, on_step=display.step, force=True)

@@ -106,7 +106,7 @@ def run_preset(preset: ComparePreset, out_dir: Path, **options) -> dict | None:
 
 def run_protocol(preset: ComparePreset, out_dir: Path, seeds: int | None = None, command: str = "",
                  device: str = "cpu", log=print, shard: tuple[int, int] = (0, 1),
-                 progress: bool | None = None, wait_s: float = WAIT_S) -> dict | None:
+                 progress: bool | None = None, wait_s: float = WAIT_S, force: bool = False) -> dict | None:
     """Search, choose, train the final runs and write the report into out_dir; returns the results.
 
     seeds: final runs per variant (default: the preset's). shard=(i, n) trains only the runs whose
@@ -139,7 +139,7 @@ def run_protocol(preset: ComparePreset, out_dir: Path, seeds: int | None = None,
         try:
             for planned in mine:
                 label = f"{planned.variant['name']} {rate_label(planned.rate)}"
-                train_variant(planned.run, label, planned.seed, device, display)
+                train_variant(planned.run, label, planned.seed, device, display, force)
         finally:
             display.close()
     if count > 1:

@@ -45,7 +45,8 @@ RECORD_KEYS = ("size", "seed", "parameters", "flops", "final_val_loss")  # what 
 
 def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, command: str = "",
               device: str = "cpu", shard: tuple[int, int] = (0, 1), launcher: str | None = None,
-              replicates: int = 1000, cost_repeats: int = 11, log=print, progress: bool | None = None) -> dict | None:
+              replicates: int = 1000, cost_repeats: int = 11, log=print, progress: bool | None = None,
+              force: bool = False) -> dict | None:
     """Train (or reuse) every run of the sweep into out_dir/runs/<size>/<variant>/seed<k>/, then fit and
     write the report (results.json, report.md, index.html, figures/); returns the results dict, or
     None for a shard (shard=(i, n) with n > 1 trains its share and writes nothing else).
@@ -61,16 +62,16 @@ def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, co
     # One process per --out folder, or per shard of it: a second one stops at once (RunLock).
     with RunLock(out_dir, "--out", shard):
         return _run_planned(preset, planned, out_dir, command, device, shard, launcher, replicates, cost_repeats,
-                            log, progress)
+                            log, progress, force)
 
 
 def _run_planned(preset: ScalingPreset, planned: list[PlannedRun], out_dir: Path, command: str, device: str,
                  shard: tuple[int, int], launcher: str | None, replicates: int, cost_repeats: int, log,
-                 progress: bool | None) -> dict | None:
+                 progress: bool | None, force: bool = False) -> dict | None:
     records = {id(p): finished_record(p.run, RECORD_FILE, RECORD_KEYS) for p in planned}
     todo = [p for p in planned if records[id(p)] is None and p.mine]
-    for p in todo:  # an interrupted run of other settings: refused before anything trains
-        check_same_settings(p.run)
+    for p in todo:  # an interrupted run of other settings: refused (forced: discarded) before anything trains
+        check_same_settings(p.run, force, log)
     todo.sort(key=lambda p: p.flops)  # smallest first: a stopped sweep has its small sizes done
     display = CompareProgress(sum(records[id(p)] is not None or p.mine for p in planned),
                               sum(records[id(p)] is not None for p in planned), sum(p.run.train.steps for p in todo),

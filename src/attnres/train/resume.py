@@ -11,6 +11,7 @@ be the one the checkpoint trained on, token for token (`check_same_corpus`).
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import torch
@@ -74,10 +75,11 @@ def applied_changes(saved: dict, run: RunConfig, step: int) -> list[str]:
             for name, old, new in setting_differences(saved, run) if not is_refused(name)]
 
 
-def check_same_settings(run: RunConfig) -> None:
+def check_same_settings(run: RunConfig, force: bool = False, log=print) -> None:
     """For a command that resumes the run in run.out_dir without being asked (`attnres compare`,
     `attnres scaling`): RunConfigError naming every setting of its newest checkpoint that differs from
-    `run`'s. Nothing to check without a checkpoint."""
+    `run`'s; with `force`, that interrupted run's folder (the command's own) is deleted instead, with a
+    line to `log`, so the run trains again with these settings. Nothing to check without a checkpoint."""
     root = Path(run.out_dir) / "checkpoints"
     checkpoint = latest_checkpoint(root, verify=False)  # the trainer verifies the files it resumes
     if checkpoint is None:
@@ -86,8 +88,13 @@ def check_same_settings(run: RunConfig) -> None:
     if differences:
         latest_checkpoint(root)  # a corrupt checkpoint is named as such first, as a resume would
         named = "; ".join(f"{name}: {old!r} there, {new!r} now" for name, old, new in differences)
+        if force:
+            log(f"{run.out_dir}: discarding an interrupted run with other settings ({named}), as --force asks")
+            shutil.rmtree(run.out_dir)
+            return
         raise RunConfigError(f"{run.out_dir} holds an interrupted run with other settings ({named}); choose "
-                             f"another --out, or delete that folder to train the run again with these settings")
+                             f"another --out, or pass --force to discard that run and train it again with these "
+                             f"settings")
 
 
 def corpus_digests(stats: dict) -> dict[str, str]:
