@@ -22,6 +22,9 @@ from tests.hf.test_generate_cli import PROMPT, converted, plain_greedy_text  # n
     (dict(prompt="\udcff\udcfe king"), r"--prompt is not valid UTF-8 text \(byte 0xff at character 0\)"),
     (dict(prompt="ok \ud800"), r"--prompt is not valid UTF-8 text \(U\+D800 at character 3\)"),
     (dict(prompt=b"king"), r"--prompt must be a non-empty text, got b'king'"),
+    (dict(prompt="x", threads=10 ** 5), r"--threads 100000 is more than the \d+ CPUs this process may use"),
+    (dict(prompt="x", sample=True, seed=2 ** 64), r"--seed must be an integer from 0 to 2\*\*64 - 1"),
+    (dict(prompt="x", sample=True, seed=-1), r"--seed must be an integer from 0 to 2\*\*64 - 1"),
 ])
 def test_a_bad_request_is_refused_at_construction_naming_the_flag(fields, message):
     with pytest.raises(InputError, match=message):
@@ -42,3 +45,11 @@ def test_generate_text_is_plain_greedy_decoding_and_says_what_it_cost(converted)
     assert lines[0].startswith("prompt: ") and "compile: none (--no-compile" in lines[0]
     assert lines[-1].startswith("memory: ")  # decoded on a CPU: the bytes per step against the copy bandwidth
     assert notes == []  # fp32 weights: no advice
+
+
+def test_a_decode_too_short_to_time_says_so_instead_of_nan(converted):
+    request = GenerationRequest(prompt=PROMPT, max_new_tokens=1, compile=False)
+    _, result = generate_text(converted, request)
+    result.decode_steps, result.decode_s, result.prefill_s = 0, 0.0, 0.0  # nothing timed
+    text = "\n".join(timing_lines(result, request))
+    assert "nan" not in text and text.count("no rate: nothing long enough to time") == 2

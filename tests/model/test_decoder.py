@@ -1,5 +1,6 @@
 """The decoder against Hugging Face's Qwen3, its output contract, and its call-time errors."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -119,6 +120,15 @@ def test_call_time_errors():
     with pytest.raises(ValueError, match=r"input_ids must be token ids of dtype torch.int64 or torch.int32, got "
                                          r"torch.float32; convert them with .long\(\)"):
         model(torch.zeros(1, 5))
+    for ids in ([[1, 2, 3]], np.array([[1, 2, 3]])):
+        with pytest.raises(ValueError, match=r"input_ids must be a torch tensor of shape \(batch, seq_len\) and "
+                                             r"dtype torch.long, got a (list|ndarray)"):
+            model(ids)
+    with pytest.raises(ValueError, match=r"input_ids must be token ids of dtype torch.int64 or torch.int32, got "
+                                         r"torch.int8"):
+        model(torch.zeros(1, 5, dtype=torch.int8))
+    with pytest.raises(ValueError, match=r"labels must be token ids of dtype torch.int64, got torch.float32"):
+        model(torch.zeros(1, 5, dtype=torch.long), labels=torch.zeros(1, 5))
     with pytest.raises(ValueError, match=r"labels must have shape \(1, 5\)"):
         model(torch.zeros(1, 5, dtype=torch.long), labels=torch.zeros(1, 4, dtype=torch.long))
 

@@ -36,3 +36,15 @@ def test_a_broken_checkpoint_is_still_reported_as_broken(tmp_path, capsys):
     (checkpoint / "model.safetensors").write_bytes(b"")
     assert main(["eval", str(checkpoint)]) == 1
     assert "state.json is missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("keywords, message", [
+    (dict(device="gpu"), r"evaluate_checkpoint: device must be 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
+    (dict(max_batches=0), r"evaluate_checkpoint: max_batches must be None or a positive integer, got 0"),
+])
+def test_evaluate_checkpoint_checks_its_arguments_before_reading(tmp_path, keywords, message):
+    from attnres.common.errors import InputError
+    from attnres.train import evaluate_checkpoint
+
+    with pytest.raises(InputError, match=message):
+        evaluate_checkpoint(tmp_path / "not-read", **keywords)

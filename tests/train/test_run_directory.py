@@ -253,3 +253,20 @@ def test_a_warm_up_longer_than_the_run_is_said_on_stderr(write_config, capsys):
     path, run = write_config("ok", steps=2, warmup_steps=2)
     assert main(["train", "--config", str(path)]) == 0
     assert "warmup_steps" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda run: train(run.to_dict()), r"train takes a RunConfig \(RunConfig.from_dict\(d\), or "
+                                       r"load_run_config\(path\)\), got dict"),
+    (lambda run: train(run, resume="no"), r"train: resume must be True or False, got 'no'"),
+    (lambda run: train(run, force=1), r"train: force must be True or False, got 1"),
+    (lambda run: train(run, device="gpu"), r"device must be 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
+])
+def test_the_python_train_refuses_arguments_of_the_wrong_type_before_anything_is_written(write_config, call,
+                                                                                         message):
+    from attnres.common.errors import InputError
+
+    path, run = write_config()
+    with pytest.raises(InputError, match=message):
+        call(load_run_config(path))
+    assert not out_dir(run).exists()
