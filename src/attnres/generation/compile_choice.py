@@ -1,8 +1,8 @@
 """When compiling the decode step pays: the rule, and the measured compile times it reads.
 
 On a GPU a compile of about a minute is repaid within seconds; on a few CPU cores it is repaid
-only after hundreds or thousands of tokens (a cold compile of converted SmolLM2-135M Block AttnRes
-takes about 40 s on 2 Intel Xeon cores, to decode at 1.3 to 1.5 times the eager step's speed). So
+only after hundreds or thousands of tokens (results/generate-speed has the compile times and
+speed-ups measured on a 2-core CPU). So
 with `compile="auto"` a generation first times a few steps of the eager fixed-shape step, then
 compiles only if
 
@@ -28,11 +28,10 @@ from attnres.common.atomic import write_atomic
 
 # Priors, used until this machine has measured a compile of the model shape:
 # a cold compile (inductor's Python wrapper, fused routing) takes about this long per sub-layer:
-# 31 to 40 s for SmolLM2-135M's 60 sub-layers on 2 Intel Xeon cores (results/generate-speed);
-# twice that is taken, for slower CPUs and the lean routing ops (without the fused extension),
-# so an unmeasured compile is not started lightly.
+# twice what results/generate-speed measured on 2 cores, for slower CPUs and the lean routing ops
+# (without the fused extension), so an unmeasured compile is not started lightly.
 PRIOR_COMPILE_S_PER_SUBLAYER = 1.5
-# eager fixed-shape step / compiled step: 2.1x to 3.6x at 24 x 256 (results/bench-fp32).
+# eager fixed-shape step / compiled step: below what results/bench-fp32 measured at 24 x 256.
 PRIOR_SPEEDUP = 2.0
 # a start from inductor's cache, as a share of the cold compile, until a warm start is measured.
 PRIOR_WARM_SHARE = 0.2

@@ -49,24 +49,18 @@ from attnres.model.decoder import AttnResLM
 from attnres.routing import resolve_impl
 from attnres.generation.memory_traffic import GB, decode_bytes_per_step
 
-# torch.compile mode of the decode step per device type (docs/explanation/fast-paths.md). CUDA: CUDA graphs
-# replay the whole step with one launch. CPU: inductor's default mode and its default Python wrapper
-# (`CPU_OPTIONS`, none). Its C++ wrapper takes about 8 % less time a token on converted SmolLM2-135M (standard,
-# fp32, 2 Intel Xeon cores: 23.0 against 24.9 ms a token) but compiles Block AttnRes in 158 s rather
-# than 37 s, which a CPU user would repay only after thousands of tokens.
+# torch.compile mode and options of the decode step; why each, with the measurements, is in
+# docs/explanation/fast-paths.md. CUDA: CUDA graphs replay the whole step with one launch. CPU:
+# inductor's default mode and Python wrapper; the C++ wrapper decodes a little faster but compiles
+# several times longer, which a CPU user repays only after thousands of tokens.
 DEFAULT_MODES = {"cpu": "default", "cuda": "reduce-overhead"}
-# Without size_asserts the Python wrapper no longer checks each argument's sizes and strides at every
-# call (one Python call per parameter and buffer, a few microseconds each, so a cost that grows with a
-# router's two parameters per sub-layer): the step's first call checks its guards, and later calls
-# get the same tensors (`Decoding._guards`). Decoding a 576-wide, 8-layer model on 2 AMD EPYC cores:
-# 3.5 % less time per token for standard, 4 to 5 % for Block and Full AttnRes.
+# Without size_asserts the Python wrapper skips a check of every argument at every call (one Python
+# call per parameter and buffer, a cost that grows with the routers): the step's first call checks
+# its guards, and later calls get the same tensors (`Decoding._guards`).
 CPU_OPTIONS: dict = {"size_asserts": False}  # options={"cpp_wrapper": True} asks for the C++ wrapper
-# With bf16 weights or autocast, a one-row matrix product (a decode step's every projection) goes to
-# oneDNN's bf16 kernel, which reads weights at about a third of the memory bandwidth here. Inductor's
-# decompose_mm_pass, allowed at every width, turns it into a product and a sum that inductor
-# vectorises, widening each weight in registers: converted SmolLM2-135M Block AttnRes in bf16 decoded
-# 1.4 times as fast (50.4 against 36.1 tokens/s on 2 Intel Xeon cores), for a compile of 48 s
-# instead of 40 s. In fp32 it changed nothing but the compile time, so fp32 steps go without it.
+# With bf16, a one-row matrix product (every projection of a decode step) goes to oneDNN's bf16 kernel,
+# which reads weights at a fraction of the memory bandwidth; inductor's decompose_mm_pass turns it into
+# a product and a sum that inductor vectorises. In fp32 it only lengthens the compile, so fp32 goes without.
 CPU_BF16_OPTIONS = {**CPU_OPTIONS, "post_grad_fusion_options": {
     "decompose_mm_pass": {"cpu_max_other_dimension_decomposition": 2**31}}}
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")

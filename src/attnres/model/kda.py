@@ -36,11 +36,9 @@ from attnres.model.cache import RECURRENT_STATE, linear_states
 from attnres.model.token_mixers import TokenMixer
 from attnres.norm import RMSNorm, unit_rms
 
-# Measured, layer forward + backward at B=8, T=256, D=128, 2 heads x 64, fp32: on 2 CPU threads
-# chunks of 8, 16, 32, 64 took about 60, 68, 120, 205 ms (the (C, C, dk) decay tensors dominate and
-# grow with C); on an H200 at B=4, T=4096, D=2048, 16 heads x 128, 16, 32, 64 took 168, 126, 150 ms with
-# peaks of 11, 19, 35 GiB. 16: within ~10% of 8 on CPU with half the sequential steps, and the least
-# memory of the sizes a GPU runs well; set `chunk_size` (e.g. 32 on a GPU) to trade otherwise.
+# The chunk's (C, C, dk) decay tensors dominate a layer's time and memory and grow with C; fewer,
+# larger chunks mean fewer sequential steps. 16 balanced the two on a CPU and needs the least memory of
+# the sizes a GPU runs well; set `chunk_size` (larger on a GPU) to trade otherwise.
 DEFAULT_CHUNK_SIZE = 16
 
 

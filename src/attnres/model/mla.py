@@ -117,7 +117,7 @@ class LatentAttention(TokenMixer):
         if mask is None and past > 0:  # new query i sees every cached key and new keys up to itself
             mask = torch.ones(t, s, dtype=torch.bool, device=q.device).tril(diagonal=past)
         # SDPA's fused kernels (flash on CPU and CUDA) want one head width for q, k and v, else it falls
-        # back to the unfused math (scores materialised, ~1.7x slower forward+backward on CPU here). Zero
+        # back to the unfused math (scores materialised, slower forward and backward). Zero
         # value channels leave the real ones unchanged; MLA checkpoints have v_head_dim < qk_head_dim.
         pad = mla.qk_head_dim - mla.v_head_dim
         if pad > 0:

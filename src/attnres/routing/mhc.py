@@ -101,8 +101,7 @@ class ManifoldHyperConnection(StreamMixer):
         post = 2 * torch.sigmoid(post_w * post_s + post_b)
         logits = res_w.unflatten(-1, (n, n)) * res_s + res_b.view(n, n)
         # Autograd keeps the Sinkhorn iterations' n x n values (about 4 iters n^2 per token). Recomputing
-        # them in backward (activation checkpointing) saved 15 % of mHC's activations at 24 x 256 but
-        # made its CPU training step 1.29x slower (docs/explanation/contenders.md), so they are kept.
+        # them in backward saved little memory for much time (docs/explanation/contenders.md), so they are kept.
         return pre, post, doubly_stochastic(logits, self.sinkhorn_iters, self.hc_eps)
 
     def projection_flops(self, num_streams: int) -> int:
