@@ -1,90 +1,40 @@
-"""Every spelling that 0.2.0 replaced still works, with a DeprecationWarning (or a one-line note on the
-command line) naming the new spelling, or fails in one line naming it (CHANGELOG.md, Deprecated and
-Removed). None gives a bare TypeError or "unrecognized arguments"."""
+"""Every spelling that 0.3.0 replaced still works, with a DeprecationWarning naming the new spelling, or
+fails in one line naming it (CHANGELOG.md, Deprecated and Removed). The spellings deprecated in 0.2.0 are
+gone: Python's or argparse's own error names them, and the files that spell them still load."""
 
 import importlib
 
 import pytest
 import torch
 
-from attnres import AttnResLM, ModelConfig, Variant, build_residual
+from attnres import ModelConfig, Variant, build_residual
 from attnres.cli import main
 from attnres.common.errors import InputError
 
 SHAPE = dict(vocab_size=64, hidden_size=16, num_layers=4, num_heads=2, num_kv_heads=1, intermediate_size=32)
 
-# (residual, keywords of 0.1.0, the same model's residual_options today)
-OLD_MODEL_KEYWORDS = [
-    ("block_attnres", {"num_blocks": 4}, {"num_blocks": 4}),
-    ("delta_block", {"num_blocks": 2, "exact_conversion": "gate"}, {"num_blocks": 2, "exact_conversion": "gate"}),
-    ("full_attnres", {"router_query": "input_dependent"}, {"query": "input_dependent"}),
-    ("full_attnres", {"router_weights": "sigmoid"}, {"weights": "sigmoid"}),
-    ("block_attnres", {"num_blocks": 4, "router_key_norm": False}, {"num_blocks": 4, "key_norm": False}),
-    ("denseformer", {"denseformer_dilation": 2, "denseformer_period": 2}, {"dilation": 2, "period": 2}),
-    ("hyper_connections", {"hc_streams": 2, "hc_dynamic": False}, {"streams": 2, "dynamic": False}),
-    ("mhc", {"hc_sinkhorn_iters": 5}, {"sinkhorn_iters": 5}),
-]
-IDS = [f"{residual}-{'-'.join(old)}" for residual, old, _ in OLD_MODEL_KEYWORDS]
-
-
-@pytest.mark.parametrize("residual, old, new", OLD_MODEL_KEYWORDS, ids=IDS)
-def test_model_config_old_option_keywords_warn_and_build_the_same_config(residual, old, new):
-    with pytest.warns(DeprecationWarning, match=r"removed in 0\.3\.0; use ModelConfig\(\.\.\., residual_options=") as record:
-        config = ModelConfig(**SHAPE, residual=residual, **old)
-    message = str(record[0].message)
-    assert all(f"{name}=" in message for name in old) and all(f"'{name}'" in message for name in new)
-    assert config == ModelConfig(**SHAPE, residual=residual, residual_options=new)
-    assert record[0].filename == __file__  # attributed to the caller's line, where Python shows it
-
-
-def test_model_config_routing_keywords_warn_and_still_choose_the_routing():
-    with pytest.warns(DeprecationWarning, match=r"set_routing"):
-        config = ModelConfig(**SHAPE, residual="full_attnres", routing_impl="reference", routing_chunk_size=2)
-    assert config == ModelConfig(**SHAPE, residual="full_attnres")  # not part of the model
-    assert "routing_impl" not in config.to_dict()
-    model = AttnResLM(config)
-    assert model.residual.impl == "reference" and model.residual.chunk_size == 2
-
-
-def test_model_config_unknown_keyword_is_still_a_type_error():
-    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
-        ModelConfig(**SHAPE, bogus=1)
-
-
-# (residual, build_residual keywords of 0.1.0, today's)
-OLD_BUILD_KEYWORDS = [
-    ("full_attnres", {"router_query": "input_dependent", "router_weights": "sigmoid", "router_key_norm": False},
-     {"query": "input_dependent", "weights": "sigmoid", "key_norm": False}),
-    ("denseformer", {"denseformer_dilation": 2, "denseformer_period": 2}, {"dilation": 2, "period": 2}),
-    ("hyper_connections", {"hc_streams": 2, "hc_dynamic": False}, {"streams": 2, "dynamic": False}),
-    ("mhc", {"hc_streams": 3, "hc_sinkhorn_iters": 4}, {"streams": 3, "sinkhorn_iters": 4}),
-    ("standard", {"router_query": "static", "hc_streams": None}, {}),  # 0.1.0's defaults meant "not given"
+# Spellings deprecated in 0.2.0 and removed in 0.3.0 (files that spell them keep loading: tests/fixtures/v0_2_0)
+REMOVED_KEYWORDS = [
+    ("ModelConfig", lambda: ModelConfig(**SHAPE, residual="block_attnres", num_blocks=4), "num_blocks"),
+    ("ModelConfig", lambda: ModelConfig(**SHAPE, residual="full_attnres", routing_impl="reference"), "routing_impl"),
+    ("Variant", lambda: Variant(name="old_style", mode="none", exact_conversions=()), "exact_conversions"),
 ]
 
 
-@pytest.mark.parametrize("residual, old, new", OLD_BUILD_KEYWORDS, ids=[r for r, _, _ in OLD_BUILD_KEYWORDS])
-def test_build_residual_old_keywords_warn_and_build_the_same_scheme(residual, old, new):
-    with pytest.warns(DeprecationWarning, match=r"removed in 0\.3\.0; use build_residual\(\.\.\., ") as record:
-        torch.manual_seed(0)
-        scheme = build_residual(residual, num_layers=4, hidden_size=16, **old)
-    assert all(f"{name}=" in str(record[0].message) for name in new)
-    torch.manual_seed(0)
-    expected = build_residual(residual, num_layers=4, hidden_size=16, **new)
-    assert type(scheme) is type(expected)
-    state, want = scheme.state_dict(), expected.state_dict()
-    assert state.keys() == want.keys() and all(torch.equal(state[k], want[k]) for k in state)
+@pytest.mark.parametrize("name, call, keyword", REMOVED_KEYWORDS, ids=[k for _, _, k in REMOVED_KEYWORDS])
+def test_a_keyword_removed_in_0_3_0_is_a_type_error_naming_it(name, call, keyword):
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument '{keyword}'"):
+        call()
 
 
-def test_variant_without_exact_conversions_warns():
-    with pytest.warns(DeprecationWarning, match=r"Variant\(exact_conversions=\(\)\)"):
-        variant = Variant(name="old_style", mode="none", exact_conversions=())
-    assert variant == Variant(name="old_style", mode="none")
+def test_build_residual_refuses_a_0_1_0_option_name():
+    with pytest.raises(InputError, match=r"hc_streams"):
+        build_residual("hyper_connections", num_layers=4, hidden_size=16, hc_streams=2)
 
 
-def test_variant_with_exact_conversions_fails_in_one_line_naming_options():
-    with pytest.raises(InputError, match=r"exact_conversion field.*Variant\(options=\.\.\.\)") as error:
-        Variant(name="old_gate", mode="add", sources="sublayers", exact_conversions=("gate",))
-    assert "\n" not in str(error.value)
+def test_a_run_file_in_0_1_0_spelling_still_loads_as_todays_config():
+    old = ModelConfig.from_dict({**SHAPE, "residual": "hyper_connections", "hc_streams": 2, "hc_dynamic": False})
+    assert old == ModelConfig(**SHAPE, residual="hyper_connections", residual_options={"streams": 2, "dynamic": False})
 
 
 @pytest.mark.parametrize("name, new", [("STREAM_OPTIONS", "options.names()"), ("block_variants", "variants_with_option"),
@@ -101,65 +51,20 @@ def test_removed_residual_names_fail_in_one_line_naming_the_replacement(name, ne
         getattr(module, "no_such_name")
 
 
-@pytest.mark.parametrize("flags, option", [(["--num-blocks", "4"], "num_blocks=4"),
-                                           (["--exact", "gate"], "exact_conversion=gate")])
-def test_convert_old_flags_give_a_note_naming_option(flags, option, capsys, monkeypatch, tmp_path):
-    """The flag is parsed (not "unrecognized arguments"), noted on stderr in one line, and passed on as
-    the option; the conversion itself is not what is tested here."""
-    seen = {}
-
-    def fake_convert(source, out, residual, residual_options, dtype, max_seq_len):
-        seen.update(residual_options)
-        raise InputError("stop here")
-
-    monkeypatch.setattr("attnres.hf.export.convert_to_hf", fake_convert)
-    code = main(["convert", str(tmp_path), "--residual", "delta_block", *flags, "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert code == 2 and "stop here" in err
-    note = next(line for line in err.splitlines() if "deprecated" in line)
-    assert f"use --option {option}" in note and "removed in 0.3.0" in note
-    name, value = option.split("=")
-    assert str(seen[name]) == value
+@pytest.mark.parametrize("flags", [["--num-blocks", "4"], ["--exact", "gate"]])
+def test_convert_flags_removed_in_0_3_0_are_argument_errors(flags, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit:
+        main(["convert", str(tmp_path), "--residual", "delta_block", *flags, "--out", str(tmp_path / "out")])
+    assert exit.value.code == 2 and f"unrecognized arguments: {' '.join(flags)}" in capsys.readouterr().err
 
 
-def test_convert_old_flag_contradicting_option_fails_in_one_line(capsys, tmp_path):
-    code = main(["convert", str(tmp_path), "--residual", "block_attnres", "--num-blocks", "4", "--option",
-                 "num_blocks=2", "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert code == 2 and "contradicts --option num_blocks=2" in err
-
-
-@pytest.fixture(scope="module")
-def qwen3_dir(tmp_path_factory):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                         num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                                         max_position_embeddings=32))
-    path = tmp_path_factory.mktemp("qwen3")
-    model.save_pretrained(path)
-    return path
-
-
-@pytest.mark.parametrize("function", ["convert_checkpoint", "convert_to_hf", "model_config_from_hf"])
-def test_conversion_keywords_of_0_1_0_warn_and_convert_the_same(function, qwen3_dir, tmp_path):
-    from attnres.hf import convert, export
-
-    old = {"num_blocks": 2, "exact_conversion": "gate"}
-    call = {"convert_checkpoint": lambda **kw: convert.convert_checkpoint(qwen3_dir, "delta_block", **kw).config,
-            "convert_to_hf": lambda **kw: export.convert_to_hf(qwen3_dir, tmp_path / str(len(kw)), "delta_block",
-                                                               **kw)[1].config,
-            "model_config_from_hf": lambda **kw: convert.model_config_from_hf(
-                convert.read_source_config(qwen3_dir), "delta_block", **kw)}[function]
-    with pytest.warns(DeprecationWarning, match=rf"{function}\(num_blocks=\.\.\., exact_conversion=\.\.\.\) is "
-                                                rf"deprecated .*use {function}\(\.\.\., residual_options="):
-        config = call(**old)
-    assert config == call(residual_options=old)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
-        call(bogus=1)
-    with pytest.warns(DeprecationWarning), pytest.raises(InputError, match=r"num_blocks=2 contradicts"):
-        call(num_blocks=2, residual_options={"num_blocks": 1})
+@pytest.mark.parametrize("module, function, arguments", [
+    ("convert", "convert_checkpoint", ("unused", "delta_block")), ("export", "convert_to_hf", ("unused", "out")),
+    ("convert", "model_config_from_hf", ({}, "delta_block"))])
+def test_conversion_keywords_of_0_1_0_are_removed(module, function, arguments):
+    call = getattr(importlib.import_module(f"attnres.hf.{module}"), function)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'num_blocks'"):
+        call(*arguments, num_blocks=2)
 
 
 def test_trainer_routers_is_the_expert_routers_under_a_deprecated_name():

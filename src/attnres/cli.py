@@ -119,12 +119,12 @@ def _print_outcome(results, shard: str | None, out: Path) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    from attnres.common.config_files import parse_assignment
     from attnres.common.precision import WEIGHT_DTYPES
-    from attnres.hf.convert_options import DEPRECATED_FLAGS, convert_options
     from attnres.hf.streaming import stream_to_hf
 
     dtype = WEIGHT_DTYPES[args.dtype]
-    options = convert_options(args.option, {name: getattr(args, f"deprecated_{name}") for name in DEPRECATED_FLAGS})
+    options = dict(parse_assignment(item, "--option", "NAME=VALUE (e.g. num_blocks=4)") for item in args.option)
     # safetensors sources stream in bounded memory; a GGUF file or pytorch_model.bin converts in memory
     done = stream_to_hf(args.source, args.out, residual=args.residual, residual_options=options, dtype=dtype,
                         max_seq_len=args.max_seq_len, max_shard_size=args.max_shard_size)

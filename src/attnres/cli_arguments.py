@@ -131,9 +131,6 @@ def _convert_parser(sub) -> None:
     convert.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
                          help="an option of the residual variant (repeatable; docs/reference/config.md lists each "
                               "variant's), e.g. --option num_blocks=4 --option exact_conversion=gate (default: none)")
-    # 0.1.0's spellings of two options, deprecated in 0.2.0: they still work, with a note naming --option
-    convert.add_argument("--num-blocks", type=int, dest="deprecated_num_blocks", help=argparse.SUPPRESS)
-    convert.add_argument("--exact", dest="deprecated_exact_conversion", help=argparse.SUPPRESS)
     convert.add_argument("--max-seq-len", type=int, default=None,
                          help="longest sequence the model accepts (default: the source's max_position_embeddings)")
     convert.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", type=lambda s: DTYPE_NAMES.get(s, s),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import warnings
 
-DEPRECATED_IN = "0.2.0"  # the release of the deprecations that name no other (`since`)
+DEPRECATED_IN = "0.3.0"  # the release of the deprecations that name no other (`since`)
 
 
 def removed_in(since: str) -> str:
@@ -43,27 +43,3 @@ def moved_module(old: str, new: str, since: str = "0.3.0"):
         return getattr(importlib.import_module(new), name)
 
     return __getattr__
-
-
-# the conversion functions' variant keywords of 0.1.0, now options under residual_options
-OLD_OPTION_KEYWORDS = ("num_blocks", "exact_conversion")
-
-
-def merge_old_option_keywords(function: str, residual_options, old: dict, *, error: type[Exception] = ValueError):
-    """`residual_options` with 0.1.0's `num_blocks=` / `exact_conversion=` keywords of `function` merged in,
-    with a DeprecationWarning attributed to `function`'s caller. Any other keyword is Python's TypeError,
-    as without this; a keyword that contradicts residual_options raises `error` naming both."""
-    unknown = sorted(set(old) - set(OLD_OPTION_KEYWORDS))
-    if unknown:
-        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
-    if not old:
-        return residual_options
-    warn_deprecated(f"{function}({', '.join(f'{name}=...' for name in old)})",
-                    f"{function}(..., residual_options={{{', '.join(repr(name) + ': ...' for name in old)}}})",
-                    stacklevel=4)
-    given = {name: value for name, value in old.items() if value is not None}
-    options = residual_options.to_dict() if hasattr(residual_options, "to_dict") else dict(residual_options or {})
-    for name, value in given.items():
-        if options.get(name) is not None and options[name] != value:
-            raise error(f"{function}: {name}={value!r} contradicts residual_options[{name!r}]={options[name]!r}")
-    return {**options, **given} if given else residual_options

@@ -22,7 +22,6 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from attnres.common.deprecation import merge_old_option_keywords
 from attnres.common.json_files import CONFIG_FILE, read_json_object
 from attnres.hf.conversion_error import ConversionError, per_layer_list
 from attnres.hf.gguf import read_gguf_config, read_gguf_weights
@@ -71,17 +70,14 @@ _LIST_LIMIT = 12
 
 
 def model_config_from_hf(hf_config: dict, residual: str = "standard", residual_options=None,
-                         max_seq_len: int | None = None, **deprecated) -> ModelConfig:
+                         max_seq_len: int | None = None) -> ModelConfig:
     """The attnres `ModelConfig` of a parsed HF config.json (model_type llama, mistral, qwen2, qwen3 or kimi_linear).
 
     `residual` and `residual_options` (an options object, a dict or None) choose the variant (see `ModelConfig`).
     `max_seq_len` defaults to `max_position_embeddings`; a smaller one lets a checkpoint whose
     sliding window never clips at that length convert. Raises ConversionError naming any feature
-    that would make attnres compute a different function than transformers. (`num_blocks=` and
-    `exact_conversion=`, 0.1.0's keywords, still work with a DeprecationWarning until 0.3.0.)
+    that would make attnres compute a different function than transformers.
     """
-    residual_options = merge_old_option_keywords("model_config_from_hf", residual_options, deprecated,
-                                                 error=ConversionError)
     quantization = hf_config.get("quantization_config")
     if quantization:
         method = quantization.get("quant_method", "not named") if isinstance(quantization, dict) else quantization
@@ -433,7 +429,7 @@ def _check_finite(path, state: dict[str, torch.Tensor]) -> None:
 
 
 def convert_checkpoint(path, residual: str = "standard", residual_options=None, dtype: torch.dtype = torch.float32,
-                       max_seq_len: int | None = None, source_config: dict | None = None, **deprecated) -> AttnResLM:
+                       max_seq_len: int | None = None, source_config: dict | None = None) -> AttnResLM:
     """An `AttnResLM` (eval mode, parameters in `dtype`) holding a local HF checkpoint's weights.
 
     path: a Hugging Face checkpoint directory, or a `.gguf` file (read through transformers).
@@ -446,8 +442,6 @@ def convert_checkpoint(path, residual: str = "standard", residual_options=None, 
     exact_conversion "gate" or "partial") compute the source model's logits (method §4, up to the
     RMSNorm eps); plain `delta_block` does not.
     """
-    residual_options = merge_old_option_keywords("convert_checkpoint", residual_options, deprecated,
-                                                 error=ConversionError)  # 0.1.0's keywords, until 0.3.0
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ConversionError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
     if source_config is None:

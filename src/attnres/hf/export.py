@@ -14,7 +14,6 @@ from transformers import GenerationConfig
 
 from attnres.checkpoint.hf_dir import generation_defaults, read_generation_config, special_token_ids
 from attnres.common.atomic import apply_umask, publish
-from attnres.common.deprecation import merge_old_option_keywords
 from attnres.common.json_files import CONFIG_FILE
 from attnres.common.run_lock import LOCK_FILE, RunLock
 from attnres.common.run_options import check_out_dir
@@ -166,15 +165,12 @@ def _running(pid: int) -> bool:
 
 def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "standard",
                   residual_options: dict | None = None, dtype: torch.dtype = torch.float32,
-                  max_seq_len: int | None = None, **deprecated) -> tuple[Path, AttnResLM]:
+                  max_seq_len: int | None = None) -> tuple[Path, AttnResLM]:
     """Convert a Hugging Face checkpoint directory or a .gguf file (`convert_checkpoint`) and save it
     with `save_hf`, keeping what generation needs from the source: its special-token ids (config.json),
     its generation defaults (generation_config.json, eos lists included; for a GGUF file, those
     transformers derives from its metadata) and its tokenizer (copied, or the GGUF's embedded one
-    saved), chat template included. Returns (out_dir, the converted model). (`num_blocks=` and
-    `exact_conversion=`, 0.1.0's keywords, still work with a DeprecationWarning until 0.3.0.)"""
-    residual_options = merge_old_option_keywords("convert_to_hf", residual_options, deprecated,
-                                                 error=ConversionError)
+    saved), chat template included. Returns (out_dir, the converted model)."""
     check_new_dir(out_dir)  # now, not after the conversion
     check_tiktoken_source(source)  # so is a tiktoken tokenizer that cannot be rebuilt
     source_config = read_source_config(source)  # once: a GGUF file's metadata takes seconds to read

@@ -62,9 +62,6 @@ class AttnResLM(nn.Module):
         self.reset_parameters()
         if config.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        legacy = getattr(config, "_legacy_routing", None)  # ModelConfig(routing_impl=...), deprecated in 0.2.0
-        if legacy:
-            self.set_routing(legacy.get("routing_impl", "auto"), legacy.get("routing_chunk_size"))
 
     @property
     def routers(self) -> nn.ModuleList:

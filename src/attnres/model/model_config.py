@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from attnres.common.checks import check_bool, check_int, check_positive_number, divisors_hint, required_fields
-from attnres.common.deprecation import warn_deprecated
 from attnres.common.errors import InputError
 from attnres.model.attention_config import KDAConfig, MLAConfig
 from attnres.model.moe_config import MoEConfig
 from attnres.model.cache import KV_STATE
 from attnres.model.token_mixers import TOKEN_MIXERS
 from attnres.residual import VARIANTS, VariantOptions, resolve_options, valid_num_blocks, variant_label
-from attnres.residual.legacy import FLAT_OPTIONS, RUN_SETTINGS, upgrade_model_fields
+from attnres.residual.legacy import upgrade_model_fields
 
 # What a layer's token mixer is: a name of the layer-type table (attnres.model.token_mixers, whose
 # built-in rows are transformers' `layer_types` names): softmax attention over the sequence
@@ -242,36 +240,6 @@ class ModelConfig:
                               f"{[names.get(name, name) for name in required]}")
         return cls(**values)
 
-
-def _accepting_old_keywords(init):
-    """ModelConfig's __init__, also taking the keywords of 0.1.0 (`attnres.residual.old_names`) with a
-    DeprecationWarning: a variant option moves into residual_options, and routing_impl /
-    routing_chunk_size (how routing is computed, not the model) are kept beside the config's fields
-    as `_legacy_routing`, which AttnResLM applies with set_routing, as the old field did."""
-
-    @functools.wraps(init)
-    def __init__(self, **values) -> None:
-        old = [name for name in values if name in FLAT_OPTIONS or name in RUN_SETTINGS]
-        settings = {}
-        if old:
-            options = [name for name in old if name in FLAT_OPTIONS]
-            if options:
-                new = ", ".join(f"{FLAT_OPTIONS[name][0]!r}: ..." for name in options)
-                warn_deprecated(f"ModelConfig({', '.join(f'{name}=...' for name in options)})",
-                                f"ModelConfig(..., residual_options={{{new}}})")
-            routing = [name for name in old if name in RUN_SETTINGS]
-            if routing:
-                warn_deprecated(f"ModelConfig({', '.join(f'{name}=...' for name in routing)})",
-                                "AttnResLM(config).set_routing(impl, chunk_size) or TrainConfig.routing_impl / "
-                                "routing_chunk_size")
-            values, settings = upgrade_model_fields(values, prefix="ModelConfig.", error=ConfigError)
-        init(self, **values)
-        object.__setattr__(self, "_legacy_routing", settings)  # not a field: never saved with the model
-
-    return __init__
-
-
-ModelConfig.__init__ = _accepting_old_keywords(ModelConfig.__init__)
 
 # ModelConfig field -> the name transformers' configs and generation utilities use (from `hf_field`).
 HF_NAMES = hf_names(ModelConfig)

@@ -7,18 +7,15 @@ read this table. See docs/how-to/add-a-method.md for a worked example.
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import torch
 
 from attnres.common.checks import check_choice, check_int, check_positive_number
-from attnres.common.deprecation import warn_deprecated
 from attnres.common.errors import InputError
 from attnres.common.registry import Registry
 from attnres.residual.averaging import AveragingScheme
-from attnres.residual.old_names import RENAMED_OPTIONS, renamed_option_values
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy, nearest_num_blocks, valid_num_blocks
 from attnres.residual.routed import RoutedScheme
 from attnres.residual.scheme import MODES, ResidualScheme, StandardScheme
@@ -147,27 +144,6 @@ class Variant:
 
 
 
-def _accepting_exact_conversions(init):
-    """Variant's __init__, also taking 0.1.0's `exact_conversions` keyword: empty, it meant nothing and
-    is dropped with a DeprecationWarning; a variant that listed exact conversions must declare them
-    as an option now, which no translation can do for it, so that fails in one line saying how."""
-
-    @functools.wraps(init)
-    def __init__(self, *args, **values) -> None:
-        if "exact_conversions" in values:
-            conversions = values.pop("exact_conversions")
-            if conversions:
-                raise InputError(f"Variant(exact_conversions={conversions!r}) was removed in attnres 0.2.0; give the "
-                                 "variant an options dataclass with an exact_conversion field (as DeltaBlockOptions "
-                                 "does) and pass it as Variant(options=...)")
-            warn_deprecated("Variant(exact_conversions=())", "Variant(...) without it")
-        init(self, *args, **values)
-
-    return __init__
-
-
-Variant.__init__ = _accepting_exact_conversions(Variant.__init__)
-
 VARIANTS: Registry[Variant] = Registry("residual variant")
 
 
@@ -279,9 +255,7 @@ def build_residual(residual: str = "standard", options: VariantOptions | dict | 
 
     options: the variant's options (`VARIANTS[residual].options`): an options object, a dict, or
     None, and any of them given as keywords too (None there means not given):
-    `build_residual("delta_block", num_layers=12, hidden_size=768, num_blocks=4)`. The names of
-    0.1.0 (router_query, hc_streams, ...: `attnres.residual.old_names`) work until 0.3.0 with a
-    DeprecationWarning. eps: the RMSNorm epsilon of the routers' keys. init_std: the
+    `build_residual("delta_block", num_layers=12, hidden_size=768, num_blocks=4)`. eps: the RMSNorm epsilon of the routers' keys. init_std: the
     model's weight init std, for mixers that draw random weights (mHC's projections).
     routing_impl (one of `attnres.routing.IMPLS`) and chunk_size (per-sub-layer variants: routers
     per chunk of two-phase routing; None: `auto_chunk_size`) choose how routing is computed, never
@@ -293,11 +267,6 @@ def build_residual(residual: str = "standard", options: VariantOptions | dict | 
     check_int(hidden_size, "build_residual hidden_size")
     check_positive_number(eps, "build_residual eps")
     check_positive_number(init_std, "build_residual init_std")
-    renamed = {name: option_values.pop(name) for name in list(option_values) if name in RENAMED_OPTIONS}
-    if renamed and residual in VARIANTS:
-        warn_deprecated(f"build_residual({', '.join(f'{name}=...' for name in renamed)})",
-                        f"build_residual(..., {', '.join(f'{RENAMED_OPTIONS[name]}=...' for name in renamed)})")
-        option_values.update(renamed_option_values(renamed, VARIANTS[residual].options.names()))
     option_values = {name: value for name, value in option_values.items() if value is not None}
     if option_values:
         if isinstance(options, VariantOptions):
