@@ -8,7 +8,6 @@ name the release that removes the old spelling.
 
 from __future__ import annotations
 
-import importlib
 import warnings
 
 DEPRECATED_IN = "0.3.0"  # the release of the deprecations that name no other (`since`)
@@ -30,16 +29,3 @@ def warn_deprecated(old: str, new: str, *, since: str = DEPRECATED_IN, stackleve
     caller (stacklevel 3: the user's line that called the deprecated function), so Python's default
     filters show it when that line is in the user's own script."""
     warnings.warn(deprecation_message(old, new, since), DeprecationWarning, stacklevel=stacklevel)
-
-
-def moved_module(old: str, new: str, since: str = "0.3.0"):
-    """The `__getattr__` of a module that moved: reading a name from `old` (e.g. `from old import X`)
-    gives `new`'s X with a DeprecationWarning naming `new`. The old module file holds only this."""
-
-    def __getattr__(name: str):
-        if name.startswith("__"):  # import machinery and tools probe dunders: no warning, no import
-            raise AttributeError(name)
-        warn_deprecated(f"the module {old}", new, since=since)
-        return getattr(importlib.import_module(new), name)
-
-    return __getattr__

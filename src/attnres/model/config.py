@@ -1,5 +1,0 @@
-"""Deprecated since attnres 0.3.0 (removed in 0.4.0): this module is `attnres.model.model_config`."""
-
-from attnres.common.deprecation import moved_module
-
-__getattr__ = moved_module(__name__, "attnres.model.model_config")

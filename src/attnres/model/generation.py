@@ -1,5 +1,0 @@
-"""Deprecated since attnres 0.3.0 (removed in 0.4.0): this module is `attnres.generation.fast_generator`."""
-
-from attnres.common.deprecation import moved_module
-
-__getattr__ = moved_module(__name__, "attnres.generation.fast_generator")
