@@ -166,3 +166,14 @@ def test_fast_generation_names_still_import_from_attnres_model_with_a_warning(na
     assert moved is getattr(attnres.generation, name)
     with pytest.raises(AttributeError, match="no attribute 'Nonexistent'"):
         attnres.model.Nonexistent  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["variant_name", "entry_options"])
+def test_display_names_still_import_from_the_model_config_with_a_warning(name):
+    import attnres.model.model_config as model_config
+    import attnres.report.variant_names as variant_names
+
+    with pytest.warns(DeprecationWarning, match=rf"attnres\.model\.model_config\.{name} is deprecated since attnres "
+                                                rf"0\.3\.0 .*; use attnres\.report\.variant_names\.{name}$"):
+        moved = getattr(model_config, name)
+    assert moved is getattr(variant_names, name)

@@ -45,6 +45,7 @@ MOVED_MODULES = {
 # package -> {name that moved out of it: the package it lives in now}
 MOVED_NAMES = {
     "attnres.model": {name: "attnres.generation" for name in ("FastGenerator", "GenerationResult", "Sampling")},
+    "attnres.model.model_config": {name: "attnres.report.variant_names" for name in ("variant_name", "entry_options")},
 }
 
 

@@ -8,7 +8,7 @@ import yaml
 import attnres.compare.run_comparison as compare_run
 from attnres.compare.presets import load_preset, variant_run
 from attnres.compare.run_comparison import RECORD_FILE, run_compare
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.train import RunConfigError
 
 TINY = {

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from attnres.compare.presets import available_presets, chosen_rates, load_preset
-from attnres.model.model_config import entry_options, variant_name
+from attnres.report.variant_names import entry_options, variant_name
 from attnres.train.run_config import RunConfigError
 
 

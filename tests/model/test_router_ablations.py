@@ -11,7 +11,7 @@ import torch
 
 from attnres import AttnResLM, ConfigError, ModelConfig
 from attnres.common.errors import InputError
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.generation.fast_generator import FastGenerator
 from attnres.residual import VARIANTS, check_routing
 from attnres.routing import Router

@@ -3,7 +3,7 @@
 import matplotlib.colors
 
 from attnres.compare.presets import load_preset
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.report.compare_report import write_report
 from attnres.report.style import series_styles, style_of, variant_style
 from tests.report.test_compare_report import ODD_NAME, make_results

@@ -8,7 +8,7 @@ import torch
 
 from attnres import AttnResLM, ConfigError, ModelConfig
 from attnres.distributed.pipeline_layout import PipelineConfig, build_layout
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.residual import StatePolicy
 from tests.helpers import train_losses
 

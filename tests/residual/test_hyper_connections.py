@@ -10,7 +10,7 @@ from attnres import AttnResLM, ConfigError, ModelConfig
 from attnres.common.errors import InputError
 from attnres.analysis.causal import collect_causal_routing
 from attnres.distributed.pipeline_layout import PipelineConfig, PipelineConfigError, build_layout
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.routing.hyper_connections import HyperConnectionOptions
 from attnres.routing.mhc import ManifoldHyperConnectionOptions
 from attnres.routing.options import VariantOptions

@@ -35,7 +35,7 @@ from attnres.common.machine import machine_info
 from attnres.data import DataConfig, eval_batches, prepare_data
 from attnres.hf.convert import convert_checkpoint
 from attnres.hf.gguf import save_gguf_tokenizer
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.report.document import dumps_json, jsonable
 from attnres.routing.route import resolve_impl
 

@@ -3,7 +3,7 @@ variant's logits move from the source's at step 0, and held-out perplexity befor
 
 from __future__ import annotations
 
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from tools.pages.seeds import table
 from tools.pages.sources import provenance
 from attnres.report.document import fmt

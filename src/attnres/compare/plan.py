@@ -32,7 +32,7 @@ from attnres.compare.presets import ComparePreset
 from attnres.compare.protocol import Protocol
 from attnres.compare.tune import rate_run
 from attnres.model.flops import flops_per_token, parameter_count
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.train.run_config import AUTO, RunConfig, RunConfigError
 
 BASE_CONFIG = "base-run.yaml"  # in --out: the preset's run, which every torchrun command reads

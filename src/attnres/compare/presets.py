@@ -10,7 +10,7 @@ from attnres.common.checks import check_int, is_number
 from attnres.common.config_files import bundled_config_dir, bundled_presets, prefixed_overrides, read_preset
 from attnres.compare.cost_measurement import CostSettings
 from attnres.compare.protocol import Protocol
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.residual import VARIANTS
 from attnres.residual.legacy import upgrade_model_fields
 from attnres.report.names import slug

@@ -21,7 +21,7 @@ from attnres.compare.headline import comparison_headline
 from attnres.compare.presets import ComparePreset, variant_run, variant_slug
 from attnres.compare.progress import CompareProgress
 from attnres.data import eval_batches, prepare_data
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.report.compare_report import write_report
 from attnres.routing import resolve_impl
 from attnres.train import train

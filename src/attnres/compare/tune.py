@@ -24,7 +24,7 @@ from attnres.compare.protocol import RateSearch, rate_label, search_rates, unigr
 from attnres.compare.run_comparison import RECORD_KEYS, finished_record, run_compare, train_variant
 from attnres.data import prepare_data
 from attnres.model import AttnResLM
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.report.protocol_report import write_protocol_report
 from attnres.routing import resolve_impl
 from attnres.train.run_config import RunConfig

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from attnres.common.atomic import write_atomic
 from attnres.common.machine import cpu_facts
-from attnres.model.model_config import entry_options
+from attnres.report.variant_names import entry_options
 from attnres.report.compare_summary import BASELINE, run_depth_stats, summarize
 from attnres.report.document import compact, dumps_json, fmt, jsonable, render_html, render_markdown
 from attnres.report.names import slug, unique_name

@@ -14,7 +14,7 @@ from attnres.analysis.intervals import ci95_halfwidth, mean, sample_std
 from attnres.analysis.sharpness import summarize_max_weights
 from attnres.common.errors import InputError
 from attnres.common.timing import ratio, ratio_spread, round_ratios
-from attnres.model.model_config import entry_options
+from attnres.report.variant_names import entry_options
 
 BASELINE = "standard"
 REQUIRED_VARIANT_KEYS = ("name", "residual", "runs")

@@ -35,7 +35,7 @@ from attnres.analysis.intervals import mean
 from attnres.analysis.redundancy import collect_source_cosines
 from attnres.analysis.sharpness import summarize_max_weights
 from attnres.common.errors import InputError
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.report.depth_analysis_report import write_analysis_report
 from attnres.data import DataConfig, eval_batches, prepare_data
 from attnres.train import CheckpointError

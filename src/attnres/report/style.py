@@ -17,7 +17,7 @@ import zlib
 
 from matplotlib.colors import to_hex, to_rgb
 
-from attnres.model.model_config import entry_options
+from attnres.report.variant_names import entry_options
 from attnres.residual import VARIANTS
 
 # A variant's colour is its row's (`Variant.color`: tab10 for the built-in ones); a variant without

@@ -12,7 +12,7 @@ from attnres.common.errors import InputError
 from attnres.compare.presets import variant_run, variant_slug
 from attnres.data import DataConfig
 from attnres.model import ModelConfig
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.model.flops import FlopsPerToken, ParameterCount, flops_per_token, parameter_count
 from attnres.scaling.preset import ScalingPreset, ScalingPresetError, size_name, size_run, size_seeds
 from attnres.train.run_config import RunConfig

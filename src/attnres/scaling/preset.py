@@ -17,7 +17,7 @@ from pathlib import Path
 from attnres.common.checks import check_int, check_positive_number, is_number
 from attnres.common.config_files import bundled_presets, prefixed_overrides, read_preset
 from attnres.compare.presets import variant_run
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.train.run_config import RunConfigError, apply_overrides, yaml_number
 
 PRESET_KEYS = ("description", "seeds", "variants", "sizes", "rules", "gpu", "run")

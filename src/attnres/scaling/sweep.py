@@ -31,7 +31,7 @@ from attnres.compare.cost_measurement import MIN_REPEATS, CostSettings, measure_
 from attnres.compare.progress import CompareProgress
 from attnres.compare.run_comparison import finished_record
 from attnres.data import prepare_data
-from attnres.model.model_config import variant_name
+from attnres.report.variant_names import variant_name
 from attnres.scaling.plan import PlannedRun, plan_sweep
 from attnres.scaling.preset import ScalingPreset, size_name
 from attnres.train import TrainingError, train
