@@ -1,6 +1,7 @@
 """The `attnres` command line: `python -m attnres` lists the sub-commands."""
 
 import argparse
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -100,9 +101,14 @@ def _raise(error):
     return handler
 
 
+def handle(monkeypatch, command: str, handler) -> None:
+    """Give `command`'s row of the command table another handler, for this test."""
+    monkeypatch.setitem(cli.COMMANDS, command, dataclasses.replace(cli.COMMANDS[command], handler=handler))
+
+
 def test_a_plain_value_error_in_a_handler_is_a_bug_and_keeps_its_traceback(monkeypatch, capsys):
     # An internal ValueError (not an InputError) must not be turned into "bad input": it propagates.
-    monkeypatch.setattr(cli, "_bench", _raise(ValueError("an internal invariant broke")))
+    handle(monkeypatch, "bench", _raise(ValueError("an internal invariant broke")))
     with pytest.raises(ValueError, match="an internal invariant broke") as raised:
         main(["bench"])
     assert not isinstance(raised.value, InputError)
@@ -111,10 +117,10 @@ def test_a_plain_value_error_in_a_handler_is_a_bug_and_keeps_its_traceback(monke
 
 def test_the_same_error_from_the_command_shows_a_traceback(tmp_path):
     """End to end through `python -m attnres`: a bug exits 1 with Python's traceback."""
-    code = ("import sys, attnres.cli as cli\n"
+    code = ("import dataclasses, sys, attnres.cli as cli\n"
             "def broken(args):\n"
             "    raise ValueError('an internal invariant broke')\n"
-            "cli._eval = broken\n"
+            "cli.COMMANDS['eval'] = dataclasses.replace(cli.COMMANDS['eval'], handler=broken)\n"
             "sys.exit(cli.main(['eval', 'anything']))\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 1
@@ -130,13 +136,13 @@ def test_the_same_error_from_the_command_shows_a_traceback(tmp_path):
     (TrainingError("non-finite loss at step 3"), 1),
 ])
 def test_input_errors_exit_2_and_failed_runs_exit_1_in_one_line(monkeypatch, capsys, error, code):
-    monkeypatch.setattr(cli, "_eval", _raise(error))
+    handle(monkeypatch, "eval", _raise(error))
     assert main(["eval", "anything"]) == code
     assert capsys.readouterr().err == f"attnres eval: error: {error}\n"
 
 
 def test_a_failed_run_is_a_bug_where_the_command_loads_no_checkpoints(monkeypatch):
     # CheckpointError means a bad checkpoint only for the commands that load them; elsewhere it propagates.
-    monkeypatch.setattr(cli, "_bench", _raise(CheckpointError("unexpected")))
+    handle(monkeypatch, "bench", _raise(CheckpointError("unexpected")))
     with pytest.raises(CheckpointError):
         main(["bench"])

@@ -1,8 +1,9 @@
 """The `attnres` command line: thin argument parsing over the packages.
 
-`build_parser` (`attnres.cli_arguments`) assembles one small parser function per command; `main` runs
-the command's handler (`_train`, ... here, each building a config and calling the library) and turns
-errors into exit codes:
+`COMMANDS` is the table of commands: each row names a command, its help, the function that adds its
+arguments (`attnres.cli_arguments`), its handler (`_train`, ... here, each building a config and
+calling the library), the install extra it needs and the failures it maps to exit codes. `main` parses
+(`build_parser`), runs the handler and turns errors into exit codes:
 
 - 0: done.
 - 2: bad input. argparse's own errors (`_Parser`), and any `attnres.common.errors.InputError` (ConfigError,
@@ -24,7 +25,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from attnres.cli_arguments import COMMAND_EXTRAS, build_parser  # noqa: F401  (build_parser: public here too)
+from dataclasses import dataclass
+from typing import Callable
+
+from attnres import cli_arguments as arguments
 from attnres.common.run_options import check_out_dir, check_run_options, parse_shard
 from attnres.common.report_folder import check_report_folder, mark_report_folder
 from attnres.common.user_paths import user_path
@@ -204,6 +208,61 @@ def _analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class Command:
+    """One command: its name, the function adding its arguments (`attnres.cli_arguments`), its handler (args ->
+    exit status), the install extra it needs beyond the core (`attnres.common.extras`), whether its failed
+    runs (CheckpointError, TrainingError) exit 1, whether an interrupted run can be resumed, its line in
+    `attnres --help` and its own help's description."""
+
+    name: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    handler: Callable[[argparse.Namespace], int]
+    extra: str = "train"
+    run_failures: bool = False
+    resumable: bool = False
+    help: str = ""
+    description: str | None = None
+
+
+# In the order `attnres --help` lists them.
+COMMANDS = {command.name: command for command in (
+    Command("compare", arguments.compare_arguments, _compare, run_failures=True,
+            help="train every residual variant on the same data and write a report"),
+    Command("scaling", arguments.scaling_arguments, _scaling, run_failures=True,
+            help="train a grid of model sizes for every variant, fit loss against compute and report each "
+                 "variant's compute advantage (docs/how-to/scaling-sweep.md)"),
+    Command("train", arguments.train_arguments, _train, run_failures=True, resumable=True,
+            help="train one model from a YAML config"),
+    Command("finetune", arguments.finetune_arguments, _finetune, run_failures=True, resumable=True,
+            help="fine-tune a converted model (the Delta paper's recipe by default)"),
+    Command("eval", arguments.eval_arguments, _eval, run_failures=True,
+            help="validation loss and perplexity of a checkpoint (or a run's latest)"),
+    Command("convert", arguments.convert_arguments, _convert, extra="hf",
+            help="convert a Hugging Face Qwen3/Qwen2/Llama/Mistral/Kimi Linear checkpoint"),
+    Command("lm-eval", arguments.lm_eval_arguments, _lm_eval, extra="eval",
+            help="lm-evaluation-harness on a Hugging Face-format attnres model"),
+    Command("generate", arguments.generate_arguments, _generate, extra="hf",
+            help="generate text from a Hugging Face-format attnres model with the static KV cache and compiled "
+                 "decode step; prints the text, then prefill, compile and decode times on stderr",
+            description="Greedy (or, with --sample, sampled) decoding through AttnResForCausalLM.generate_fast "
+                        "(docs/how-to/generate.md). The text goes to stdout; the timings to stderr."),
+    Command("bench", arguments.bench_arguments, _bench,
+            help="time and memory of each variant against standard, a depth sweep and a router micro-benchmark; "
+                 "writes bench.md and bench.json",
+            description="Settings come from a preset, then --quick, then --set, then the flags below (the defaults "
+                        "shown are BenchConfig's; a preset may change them)."),
+    Command("analyze", arguments.analyze_arguments, _analyze, run_failures=True,
+            help="routing heatmaps, source cosines, RMS and gradient norm by depth of checkpoints on held-out "
+                 "batches; writes summary.md, index.html and analysis.json"),
+)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command in `COMMANDS`."""
+    return arguments.build_parser(COMMANDS.values())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `attnres` command: exit 0 on success, 2 for bad input, 1 for a failed run; any
     other exception is a bug and propagates with its traceback (module docstring). A command whose
@@ -216,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(args)
     except ModuleNotFoundError as error:  # an optional dependency, or else a bug
-        message = missing_extra(error, COMMAND_EXTRAS.get(args.command, "train"))
+        message = missing_extra(error, COMMANDS[args.command].extra)
         if message is None:
             raise
         print(f"attnres {args.command}: error: {message}", file=sys.stderr)
@@ -227,8 +286,9 @@ def _run(args: argparse.Namespace) -> int:
     """Run the parsed command: its exit status, with input errors and failed runs said in one line."""
     from attnres.common.errors import InputError
 
+    command = COMMANDS[args.command]
     failures: tuple[type[Exception], ...] = ()
-    if args.command in ("train", "finetune", "eval", "compare", "analyze", "scaling"):
+    if command.run_failures:
         from attnres.train import CheckpointError, TrainingError
 
         failures = (CheckpointError, TrainingError)
@@ -239,8 +299,7 @@ def _run(args: argparse.Namespace) -> int:
             check_device(args.device)  # "tpu", or CUDA where there is none: refused before any work
         if getattr(args, "missing_extra", None):  # a stand-in: the command's extra is not installed
             raise InputError(args.missing_extra)
-        handler = getattr(sys.modules[__name__], "_" + args.command.replace("-", "_"))
-        return handler(args)
+        return command.handler(args)
     except InputError as error:  # configs, data, files and arguments: the user's input
         print(f"attnres {args.command}: error: {_one_line(error)}", file=sys.stderr)
         return 2
@@ -253,7 +312,7 @@ def _run(args: argparse.Namespace) -> int:
         line = storage_failure(error)
         if line is None:
             raise
-        if args.command in ("train", "finetune"):
+        if command.resumable:
             line += "; --resume continues from the last whole checkpoint"
         print(f"attnres {args.command}: error: {line}", file=sys.stderr)
         return 1

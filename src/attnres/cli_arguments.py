@@ -36,8 +36,7 @@ def _add_report_force(parser: argparse.ArgumentParser, runs: bool = False) -> No
                              ("; redo interrupted runs of other settings" if runs else ", same names only"))
 
 
-def _compare_parser(sub) -> None:
-    compare = sub.add_parser("compare", help="train every residual variant on the same data and write a report")
+def compare_arguments(compare: argparse.ArgumentParser) -> None:
     compare.add_argument("--preset", default="default",
                          help=_preset_help("compare"))
     compare.add_argument("--seeds", type=int, default=None,
@@ -61,10 +60,7 @@ def _compare_parser(sub) -> None:
                               "report) (default: all runs, then the report)")
 
 
-def _scaling_parser(sub) -> None:
-    scaling = sub.add_parser("scaling", help="train a grid of model sizes for every variant, fit loss against "
-                                             "compute and report each variant's compute advantage "
-                                             "(docs/how-to/scaling-sweep.md)")
+def scaling_arguments(scaling: argparse.ArgumentParser) -> None:
     scaling.add_argument("--preset", default="cpu",
                          help=_preset_help("scaling"))
     scaling.add_argument("--variants", nargs="+", default=None, metavar="NAME",
@@ -97,14 +93,12 @@ def _scaling_parser(sub) -> None:
     scaling.add_argument("--device", default="cpu", help=DEVICE_HELP)
 
 
-def _train_parser(sub) -> None:
-    train = sub.add_parser("train", help="train one model from a YAML config")
+def train_arguments(train: argparse.ArgumentParser) -> None:
     train.add_argument("--config", required=True, help="YAML file with model, data and train sections (required)")
     _add_run_arguments(train, "e.g. --set model.residual=delta_block --set train.lr=1e-3")
 
 
-def _finetune_parser(sub) -> None:
-    finetune = sub.add_parser("finetune", help="fine-tune a converted model (the Delta paper's recipe by default)")
+def finetune_arguments(finetune: argparse.ArgumentParser) -> None:
     finetune.add_argument("init", help="a directory from `attnres convert` (or a training checkpoint)")
     finetune.add_argument("--config", default=None,
                           help="YAML with data/train/out_dir (model fields come from INIT) (default: the recipe "
@@ -112,18 +106,16 @@ def _finetune_parser(sub) -> None:
     _add_run_arguments(finetune, "e.g. --set train.query_init=normal --set train.steps=300")
 
 
-def _eval_parser(sub) -> None:
-    evaluate = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint (or a run's latest)")
+def eval_arguments(evaluate: argparse.ArgumentParser) -> None:
     evaluate.add_argument("checkpoint", help="a checkpoint directory (runs/X/checkpoints/step_N) or a run directory")
     evaluate.add_argument("--max-batches", type=int, default=None,
                           help="held-out batches to evaluate (default: the run's train.eval_batches)")
     evaluate.add_argument("--device", default="cpu", help=DEVICE_HELP)
 
 
-def _convert_parser(sub) -> None:
+def convert_arguments(convert: argparse.ArgumentParser) -> None:
     from attnres.residual import VARIANTS
 
-    convert = sub.add_parser("convert", help="convert a Hugging Face Qwen3/Qwen2/Llama/Mistral/Kimi Linear checkpoint")
     convert.add_argument("source", help="a local Hugging Face checkpoint directory (config.json + safetensors) "
                                         "or a .gguf file")
     convert.add_argument("--residual", default="standard", choices=list(VARIANTS),
@@ -141,8 +133,7 @@ def _convert_parser(sub) -> None:
     convert.add_argument("--out", required=True, help="output directory, new or empty (Hugging Face format; required)")
 
 
-def _lm_eval_parser(sub) -> None:
-    lm_eval = sub.add_parser("lm-eval", help="lm-evaluation-harness on a Hugging Face-format attnres model")
+def lm_eval_arguments(lm_eval: argparse.ArgumentParser) -> None:
     lm_eval.add_argument("model", help="a directory from `attnres convert`, or a training checkpoint directory")
     lm_eval.add_argument("--tasks", default="paper",
                          help="comma-separated lm-eval tasks, or 'paper' for the Delta paper's eight (needs hub "
@@ -157,16 +148,10 @@ def _lm_eval_parser(sub) -> None:
     lm_eval.add_argument("--device", default="cpu", help=DEVICE_HELP)
 
 
-def _generate_parser(sub) -> None:
+def generate_arguments(generate: argparse.ArgumentParser) -> None:
     from attnres.common.precision import PRECISIONS
     from attnres.routing import IMPLS
 
-    generate = sub.add_parser("generate", help="generate text from a Hugging Face-format attnres model with the "
-                                               "static KV cache and compiled decode step; prints the text, then "
-                                               "prefill, compile and decode times on stderr",
-                              description="Greedy (or, with --sample, sampled) decoding through "
-                                          "AttnResForCausalLM.generate_fast (docs/how-to/generate.md). The text "
-                                          "goes to stdout; the timings to stderr.")
     generate.add_argument("model", metavar="MODEL", help="a directory from `attnres convert`, or a training checkpoint "
                                                          "directory (runs/X/checkpoints/step_N)")
     generate.add_argument("--prompt", required=True, help="the text to continue (required)")
@@ -203,13 +188,9 @@ def _generate_parser(sub) -> None:
     generate.add_argument("--device", default="cpu", help=DEVICE_HELP)
 
 
-def _bench_parser(sub) -> None:
+def bench_arguments(bench: argparse.ArgumentParser) -> None:
     from attnres.bench.bench_config import DEFAULT_PRESET, flag_arguments
 
-    bench = sub.add_parser("bench", help="time and memory of each variant against standard, a depth sweep and "
-                                         "a router micro-benchmark; writes bench.md and bench.json",
-                           description="Settings come from a preset, then --quick, then --set, then the flags "
-                                       "below (the defaults shown are BenchConfig's; a preset may change them).")
     bench.add_argument("--preset", default=DEFAULT_PRESET,
                        help=_preset_help("bench"))
     bench.add_argument("--quick", action="store_true",
@@ -223,10 +204,7 @@ def _bench_parser(sub) -> None:
     _add_report_force(bench)
 
 
-def _analyze_parser(sub) -> None:
-    analyze = sub.add_parser("analyze", help="routing heatmaps, source cosines, RMS and gradient norm by depth of "
-                                             "checkpoints on held-out batches; writes summary.md, index.html and "
-                                             "analysis.json")
+def analyze_arguments(analyze: argparse.ArgumentParser) -> None:
     analyze.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT",
                          help="checkpoint directories (runs/X/checkpoints/step_N), run directories (their latest) "
                               "or, with --data, converted models' directories (`attnres convert` output)")
@@ -253,11 +231,6 @@ def _analyze_parser(sub) -> None:
     analyze.add_argument("--batch-size", type=int, default=4, help="with --data: sequences per batch (default: 4)")
 
 
-# One function a command, in the order `attnres --help` lists them.
-COMMAND_PARSERS = (_compare_parser, _scaling_parser, _train_parser, _finetune_parser, _eval_parser, _convert_parser,
-                   _lm_eval_parser, _generate_parser, _bench_parser, _analyze_parser)
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse, its errors (an unknown option, an invalid choice, a value of the wrong type) in one line
     like every other bad input, pointing to --help instead of printing the usage."""
@@ -266,34 +239,36 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand; every option's help names its choices and default."""
+def build_parser(commands) -> argparse.ArgumentParser:
+    """The argument parser with a subcommand for each of `commands` (rows with name, help, description,
+    arguments and extra: `attnres.cli.COMMANDS`, in the order `attnres --help` lists them); every
+    option's help names its choices and default."""
     from attnres import __version__
 
     parser = _Parser(prog="attnres", description="Depth routing residuals for language models.")
     parser.add_argument("--version", action="version", version=f"attnres {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add_command in COMMAND_PARSERS:
+    for command in commands:
+        built = _Parser(prog=f"attnres {command.name}", description=command.description)
+        listed = command.help
         try:
-            add_command(sub)
+            command.arguments(built)
         except ModuleNotFoundError as error:  # the command's extra is not installed: say so when it is run
-            _add_stand_in(sub, add_command.__name__.removeprefix("_").removesuffix("_parser").replace("_", "-"), error)
+            built, listed = _stand_in(command, error)
+        sub.add_parser(command.name, help=listed)  # its line in `attnres --help`
+        sub.choices[command.name] = built  # the parser that reads its arguments
     return parser
 
 
-# the install extra each command needs beyond the core package (common/extras.py); others need "train"
-COMMAND_EXTRAS = {"convert": "hf", "generate": "hf", "lm-eval": "eval"}
-
-
-def _add_stand_in(sub, command: str, error: ModuleNotFoundError) -> None:
+def _stand_in(command, error: ModuleNotFoundError) -> tuple[argparse.ArgumentParser, str]:
     """A subcommand whose parser cannot be built without its extra: listed, and run, it says what to install."""
     from attnres.common.extras import missing_extra
 
-    message = missing_extra(error, COMMAND_EXTRAS.get(command, "train"))
-    if message is None or command in sub.choices:
+    message = missing_extra(error, command.extra)
+    if message is None:
         raise error
-
     # no option prefix: every argument given is taken (and ignored) rather than refused as unknown
-    stand_in = sub.add_parser(command, help=f"(not installed: {message})", add_help=False, prefix_chars="\0")
+    stand_in = _Parser(prog=f"attnres {command.name}", add_help=False, prefix_chars="\0")
     stand_in.add_argument("arguments", nargs=argparse.REMAINDER)
     stand_in.set_defaults(missing_extra=message)  # cli.main says it, exit status 2
+    return stand_in, f"(not installed: {message})"
