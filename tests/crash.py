@@ -30,7 +30,7 @@ from pathlib import Path
 
 import yaml
 
-from attnres.common.report_folder import MANIFEST
+from attnres.report.folder import MANIFEST
 
 PRELOAD = ["attnres.cli", "attnres.compare.run_comparison", "attnres.report.compare_report", "attnres.scaling.sweep",
            "attnres.scaling.summary", "attnres.report.scaling_report", "attnres.bench", "attnres.hf.export",

@@ -13,7 +13,7 @@ import yaml
 
 from attnres.checkpoint import latest_checkpoint
 from attnres.cli import main
-from attnres.common.report_folder import MANIFEST
+from attnres.report.folder import MANIFEST
 from attnres.train import RunConfig
 from attnres.train.metrics import read_metrics
 from attnres.train.schedule import lr_factor

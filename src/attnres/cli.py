@@ -30,7 +30,7 @@ from typing import Callable
 
 from attnres import cli_arguments as arguments
 from attnres.common.run_options import check_out_dir, check_run_options, parse_shard
-from attnres.common.report_folder import check_report_folder, mark_report_folder
+from attnres.report.folder import check_report_folder, mark_report_folder
 from attnres.common.user_paths import user_path
 
 

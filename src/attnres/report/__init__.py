@@ -3,6 +3,7 @@
 - `document`: the block renderer (Markdown and HTML from one list of blocks), `fmt`, strict JSON.
 - `names`: `slug`, the one way a label or variant name becomes a file or folder name.
 - `variant_names`: `variant_name`, a variant's display name from a result file's or preset's entry.
+- `folder`: a report folder is replaced only by the command that wrote it, or with --force.
 - `plots`, `depth_analysis_plots`: one PNG per function (matplotlib, imported only by these two and `style`).
 - `style`: `variant_style`, the one colour, marker and line style of each variant in every figure.
 - `depth_analysis`, `depth_analysis_report`: the `attnres analyze` command and the report it writes.

@@ -6,7 +6,7 @@ import pytest
 
 from attnres.cli import main
 from attnres.common.errors import InputError
-from attnres.common.report_folder import MANIFEST, check_report_folder, mark_report_folder
+from attnres.report.folder import MANIFEST, check_report_folder, mark_report_folder
 
 
 def test_a_missing_or_empty_folder_is_taken(tmp_path):

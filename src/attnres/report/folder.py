@@ -6,8 +6,9 @@ there (a user's own `summary.md`), or the report of another command or of other 
 `analyze` of other checkpoints into the default folder). A rerun of the same command on the same inputs
 is not refused: that is how an interrupted comparison resumes and a report is regenerated (analyze's
 inputs include its options, so an identical rerun writes an identical report). A bench report holds
-timings a rerun would not reproduce, so a rerun into it is refused too. Once the report is written, `mark_report_folder` records what wrote it in `MANIFEST`. A folder written before
-manifests existed is recognised by its own files (`_RECOGNISED`).
+timings a rerun would not reproduce, so a rerun into it is refused too. Once the report is written,
+`mark_report_folder` records what wrote it in `MANIFEST`. A folder written before manifests existed
+is recognised by its own files (`_RECOGNISED`).
 """
 
 from __future__ import annotations
