@@ -61,14 +61,20 @@ def interrupt_first_run(monkeypatch, module) -> list[bool]:
     return calls
 
 
-@pytest.mark.parametrize("key, value, named", CHANGES, ids=[key for key, _, _ in CHANGES])
-def test_compare_refuses_to_resume_an_interrupted_run_of_other_settings(tmp_path, monkeypatch, key, value, named):
+def interrupted_compare(tmp_path, monkeypatch):
+    """(preset path, --out, each train call's resume) of COMPARE stopped after its first run's first checkpoint."""
     path = tmp_path / "tiny.yaml"
     path.write_text(yaml.safe_dump(COMPARE))
     out = tmp_path / "cmp"
     calls = interrupt_first_run(monkeypatch, compare_run)
     with pytest.raises(KeyboardInterrupt):
         run_compare(load_preset(str(path)), out, log=lambda *_: None)
+    return path, out, calls
+
+
+@pytest.mark.parametrize("key, value, named", CHANGES, ids=[key for key, _, _ in CHANGES])
+def test_compare_refuses_to_resume_an_interrupted_run_of_other_settings(tmp_path, monkeypatch, key, value, named):
+    path, out, calls = interrupted_compare(tmp_path, monkeypatch)
     run_dir = out / "runs" / "standard" / "seed0"
     config = (run_dir / "config.yaml").read_bytes()
     with pytest.raises(RunConfigError) as refused:
@@ -102,12 +108,7 @@ def test_scaling_refuses_to_resume_an_interrupted_run_of_other_settings(tmp_path
 
 
 def test_compare_with_force_discards_the_interrupted_run_of_other_settings_and_trains_it_again(tmp_path, monkeypatch):
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(COMPARE))
-    out = tmp_path / "cmp"
-    calls = interrupt_first_run(monkeypatch, compare_run)
-    with pytest.raises(KeyboardInterrupt):
-        run_compare(load_preset(str(path)), out, log=lambda *_: None)
+    path, out, calls = interrupted_compare(tmp_path, monkeypatch)
     lines = []
     results = run_compare(load_preset(str(path), ["train.lr=0.05"]), out, log=lines.append, force=True)
     assert calls == [False, False]  # trained from step 0, not resumed under the new settings
