@@ -3,8 +3,10 @@
 A moved module still imports under its old name (`import attnres.train.config`): an import hook
 (`MovedModules`, the last finder on `sys.meta_path`) answers for it with a module whose every name is
 read from the new module with a DeprecationWarning naming it. A name that moved out of a package
-(`attnres.model.FastGenerator`) is served by that package's module `__getattr__`, set here. `install`
-runs once, from `attnres/__init__.py`; nothing else in the package mentions an old spelling.
+(`attnres.model.FastGenerator`) is served by that package's module `__getattr__`, set here. A renamed
+attribute (`Trainer.routers`) and an old call form (KimiDeltaAttention's) are added to their class once its
+module is executed (`AfterImport`). `install` runs once, from `attnres/__init__.py`; nothing else in the
+package mentions an old spelling.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.util
+import functools
 import sys
 
 from attnres.common.deprecation import warn_deprecated
@@ -47,6 +50,90 @@ MOVED_NAMES = {
     "attnres.model": {name: "attnres.generation" for name in ("FastGenerator", "GenerationResult", "Sampling")},
     "attnres.model.model_config": {name: "attnres.report.variant_names" for name in ("variant_name", "entry_options")},
 }
+
+# "module.Class" -> {attribute renamed in 0.3.0: its name now}
+MOVED_ATTRIBUTES = {"attnres.train.trainer.Trainer": {"routers": "expert_routers"}}
+
+
+def _kda_call_of_0_2_0(forward):
+    """KimiDeltaAttention.forward that also takes the call before the token-mixer protocol,
+    forward(x, cache, layer_idx, padding_mask), whose arguments land one slot right of the new ones."""
+
+    @functools.wraps(forward)
+    def translated(self, x, rope=None, cache=None, layer_idx=0, mask=None, real=None, *, padding_mask=None):
+        shifted = (rope is not None and not isinstance(rope, (tuple, list))) or isinstance(cache, int)
+        if padding_mask is not None or shifted:
+            warn_deprecated("KimiDeltaAttention.forward(x, cache, layer_idx, padding_mask)",
+                            "forward(x, rope, cache, layer_idx, mask, real), the token-mixer call (rope and mask "
+                            "are ignored)", since=SINCE)
+            if shifted:
+                rope, cache, layer_idx, padding_mask = None, rope, cache, (
+                    layer_idx if not isinstance(layer_idx, int) else padding_mask)
+                layer_idx = layer_idx if isinstance(layer_idx, int) else 0
+            real = padding_mask if real is None else real
+        return forward(self, x, rope, cache, layer_idx, mask, real)
+
+    return translated
+
+
+# "module.Class" -> {method: (its forward) -> the method that also takes the 0.2.0 call}
+OLD_CALLS = {"attnres.model.kda.KimiDeltaAttention": {"forward": _kda_call_of_0_2_0}}
+
+
+def _add_old_spellings(module) -> None:
+    """Give the classes of `module` their renamed attributes (a property with a DeprecationWarning)
+    and their methods' old call forms."""
+    for target in {*MOVED_ATTRIBUTES, *OLD_CALLS}:
+        module_name, class_name = target.rsplit(".", 1)
+        if module_name != module.__name__:
+            continue
+        cls = getattr(module, class_name)
+        for old, new in MOVED_ATTRIBUTES.get(target, {}).items():
+            setattr(cls, old, _moved_attribute(f"{class_name}.{old}", f"{class_name}.{new}", new))
+        for method, translate in OLD_CALLS.get(target, {}).items():
+            setattr(cls, method, translate(getattr(cls, method)))
+
+
+def _moved_attribute(old: str, new: str, attribute: str) -> property:
+    def read(self):
+        warn_deprecated(old, new, since=SINCE)
+        return getattr(self, attribute)
+
+    return property(read, doc=f"Deprecated name of {attribute}.")
+
+
+class AfterImport(importlib.abc.MetaPathFinder):
+    """The first finder on `sys.meta_path`: a module of MOVED_ATTRIBUTES or OLD_CALLS is found by the
+    other finders and loaded by its own loader, then given its old spellings."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in _patched_modules():
+            return None
+        for finder in sys.meta_path:
+            spec = None if finder is self else getattr(finder, "find_spec", lambda *a: None)(fullname, path, target)
+            if spec is not None:
+                spec.loader = _ThenAddOldSpellings(spec.loader)
+                return spec
+        return None
+
+
+class _ThenAddOldSpellings(importlib.abc.Loader):
+    def __init__(self, loader) -> None:
+        self.loader = loader
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self.loader.exec_module(module)
+        _add_old_spellings(module)
+
+    def __getattr__(self, name):  # get_source, get_filename, ... for tracebacks and tools
+        return getattr(self.loader, name)
+
+
+def _patched_modules() -> set[str]:
+    return {target.rsplit(".", 1)[0] for target in (*MOVED_ATTRIBUTES, *OLD_CALLS)}
 
 
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -92,5 +179,8 @@ def install() -> None:
     """Serve the old spellings: the import hook, and the packages' `__getattr__` for moved names."""
     if not any(isinstance(finder, MovedModules) for finder in sys.meta_path):
         sys.meta_path.append(MovedModules())
+        sys.meta_path.insert(0, AfterImport())
+        for name in _patched_modules() & set(sys.modules):  # imported before this ran
+            _add_old_spellings(sys.modules[name])
     for package, names in MOVED_NAMES.items():
         importlib.import_module(package).__getattr__ = _package_getattr(package, names)

@@ -30,7 +30,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnres.common.checks import check_int
-from attnres.common.deprecation import warn_deprecated
 from attnres.model.attention_config import KDAConfig
 from attnres.model.cache import RECURRENT_STATE, linear_states
 from attnres.model.token_mixers import TokenMixer
@@ -229,7 +228,7 @@ class KimiDeltaAttention(TokenMixer):
         return elements * torch.promote_types(dtype, torch.float32).itemsize
 
     def forward(self, x: torch.Tensor, rope=None, cache=None, layer_idx: int = 0, mask: torch.Tensor | None = None,
-                real: torch.Tensor | None = None, *, padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+                real: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, T, D) -> (B, T, D) in x's dtype. `rope` and `mask` are ignored (position is carried by the
         state; pads are zeroed instead of masked), taken so that every token mixer is called alike.
 
@@ -239,14 +238,11 @@ class KimiDeltaAttention(TokenMixer):
         (B, 3 * H * dk, short_conv_kernel_size - 1) holds the last conv inputs (zeros before the start),
         recurrent_state (B, H, dk, dv); both are in the compute dtype (x's promoted with fp32). The T
         new positions continue from the held state, and the state after them is stored.
-        real (`padding_mask` before 0.3.0, deprecated): None, or (B, T) bool, True at real tokens. Pads' inputs
+        real: None, or (B, T) bool, True at real tokens. Pads' inputs
         are zeroed (as in transformers): their q, k, v are then zero and they write nothing into the
         state, so a left-padded row gives at its real positions what the row alone gives. A pad after
         a real token still decays the state and shows as zeros in the convolution's window.
         """
-        if padding_mask is not None or (rope is not None and not isinstance(rope, (tuple, list))) \
-                or isinstance(cache, int) or isinstance(layer_idx, torch.Tensor):
-            cache, layer_idx, real = _legacy_arguments(rope, cache, layer_idx, real, padding_mask)
         cache = linear_states(cache)
         b, t, _ = x.shape
         h, hd, width = self.num_heads, self.head_dim, self.num_heads * self.head_dim
@@ -283,18 +279,3 @@ class KimiDeltaAttention(TokenMixer):
         out = self.o_norm(out, gate).reshape(b, t, width)
         return self.o_proj(out.to(x.dtype))
 
-
-def _legacy_arguments(rope, cache, layer_idx, real, padding_mask):
-    """(cache, layer_idx, real) of a call in the form before the token-mixer protocol (0.3.0):
-    forward(x, cache, layer_idx, padding_mask), whose arguments land one slot to the right of the
-    new ones (the cache in `rope`'s, the layer index in `cache`'s, the mask in `layer_idx`'s)."""
-    warn_deprecated("KimiDeltaAttention.forward(x, cache, layer_idx, padding_mask)",
-                    "forward(x, rope, cache, layer_idx, mask, real), the token-mixer call (rope and mask are ignored)",
-                    since="0.3.0", stacklevel=4)
-    shifted = (rope is not None and not isinstance(rope, (tuple, list))) or isinstance(cache, int)
-    if not shifted:  # only the keyword was old: forward(x, rope, cache, layer_idx, padding_mask=...)
-        return cache, layer_idx, padding_mask if real is None else real
-    old_cache = None if isinstance(rope, (tuple, list)) else rope
-    old_layer = cache if isinstance(cache, int) else layer_idx
-    old_mask = layer_idx if isinstance(layer_idx, torch.Tensor) else padding_mask
-    return old_cache, old_layer if isinstance(old_layer, int) else 0, old_mask if real is None else real

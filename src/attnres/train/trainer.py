@@ -29,7 +29,6 @@ from attnres.analysis import load_imbalance
 from attnres.checkpoint import Checkpoint, CheckpointError, checkpoint_dirs
 from attnres.checkpoint.hf_dir import hf_directory_files, read_generation_config
 from attnres.common.atomic import write_atomic
-from attnres.common.deprecation import warn_deprecated
 from attnres.common.errors import InputError
 from attnres.common.run_lock import RunLock
 from attnres.common.run_options import check_out_dir
@@ -302,12 +301,6 @@ class Trainer:
         if events:
             record["event"] = events
         return record
-
-    @property
-    def routers(self) -> list:
-        """Deprecated name of `expert_routers` (a "router" is a depth mixer elsewhere in attnres)."""
-        warn_deprecated("Trainer.routers", "Trainer.expert_routers", since="0.3.0")
-        return self.expert_routers
 
     def _balance_experts(self) -> dict:
         """After an update: the step's expert loads summed over ranks (every rank takes part, whatever
