@@ -121,7 +121,7 @@ MOVED_MODULES = [
     ("attnres.residual.streams", "attnres.residual.stream_scheme", "StreamScheme"),
     ("attnres.routing.streams", "attnres.routing.stream_mixer", "StreamMixer"),
     ("attnres.hf.errors", "attnres.hf.conversion_error", "ConversionError"),
-    ("attnres.report.analyze", "attnres.report.depth_analysis", "analyze"),
+    ("attnres.report.analyze", "attnres.analyze.run_analysis", "analyze"),
     ("attnres.report.analyze_plots", "attnres.report.depth_analysis_plots", "plot_cosine_matrices"),
     ("attnres.report.analyze_report", "attnres.report.depth_analysis_report", "cosine_routers"),
     ("attnres.model.generation", "attnres.generation.fast_generator", "FastGenerator"),

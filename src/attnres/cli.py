@@ -189,7 +189,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 def _analyze(args: argparse.Namespace) -> int:
     from attnres.common.checks import check_int
-    from attnres.report.depth_analysis import analyze
+    from attnres.analyze import analyze
 
     out = user_path(args.out, "--out")
     check_out_dir(out)

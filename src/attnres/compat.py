@@ -36,7 +36,7 @@ MOVED_MODULES = {
     "attnres.model.generation": "attnres.generation.fast_generator",
     "attnres.model.init": "attnres.model.init_weights",
     "attnres.model.memory_traffic": "attnres.generation.memory_traffic",
-    "attnres.report.analyze": "attnres.report.depth_analysis",
+    "attnres.report.analyze": "attnres.analyze.run_analysis",
     "attnres.report.analyze_plots": "attnres.report.depth_analysis_plots",
     "attnres.report.analyze_report": "attnres.report.depth_analysis_report",
     "attnres.residual.streams": "attnres.residual.stream_scheme",
