@@ -1,4 +1,4 @@
-"""`attnres analyze` of a converted model: its held-out batches come from a named source, tokenised by its own tokenizer.
+"""`attnres analyze --data`: a converted model (`attnres convert` output, step 0) and its fine-tuned
 checkpoint, measured on the same held-out documents, with the causal check."""
 
 import json
