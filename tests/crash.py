@@ -193,7 +193,7 @@ def assert_whole(root: Path) -> list[Path]:
     """Check that every file under `root` with a final name reads whole: JSON, JSONL and YAML parse, a PNG
     ends with its IEND chunk, an HTML page with </html>, a safetensors file is as long as its header
     says, anything else is not empty. Returns the temporary (hidden) files and folders left there (not
-    the lock files of `attnres.common.run_lock`, which a killed holder leaves by design)."""
+    the lock files of `attnres.checkpoint.run_lock`, which a killed holder leaves by design)."""
     root = Path(root)
     leftovers = []
     for path in sorted(root.rglob("*")):

@@ -211,7 +211,7 @@ def _analyze(args: argparse.Namespace) -> int:
 @dataclass(frozen=True)
 class Command:
     """One command: its name, the function adding its arguments (`attnres.cli_arguments`), its handler (args ->
-    exit status), the install extra it needs beyond the core (`attnres.common.extras`), whether its failed
+    exit status), the install extra it needs beyond the core (`attnres.cli_arguments.EXTRA_MODULES`), whether its failed
     runs (CheckpointError, TrainingError) exit 1, whether an interrupted run can be resumed, its line in
     `attnres --help` and its own help's description."""
 
@@ -267,15 +267,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `attnres` command: exit 0 on success, 2 for bad input, 1 for a failed run; any
     other exception is a bug and propagates with its traceback (module docstring). A command whose
     install extra is missing says which, in one line (exit 2)."""
-    from attnres.common.extras import missing_extra
-
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
     try:
         return _run(args)
     except ModuleNotFoundError as error:  # an optional dependency, or else a bug
-        message = missing_extra(error, COMMANDS[args.command].extra)
+        message = arguments.missing_extra(error, COMMANDS[args.command].extra)
         if message is None:
             raise
         print(f"attnres {args.command}: error: {message}", file=sys.stderr)

@@ -1,10 +1,32 @@
-"""The `attnres` command line's arguments: one small function per command adds its parser
-(`_compare_parser`, ...), and `build_parser` assembles them. What each command then does is in
-`attnres.cli`, which looks its handler up by the command's name."""
+"""The `attnres` command line's arguments: one function per command adds its arguments to its parser
+(`compare_arguments`, ...), and `build_parser` assembles the parsers of `attnres.cli.COMMANDS`' rows.
+A command whose install extra is missing (pyproject.toml: `attnres[hf]` for conversion and generation,
+`attnres[train]` for training, comparisons and reports, `attnres[eval]` for lm-eval) is listed and,
+when run, fails in one line naming the extra (`missing_extra`), not with a traceback."""
 
 from __future__ import annotations
 
 import argparse
+
+# extra -> the top-level modules it brings that attnres imports (pyproject.toml lists the packages)
+EXTRA_MODULES = {
+    "hf": ("transformers", "tokenizers", "gguf", "accelerate"),
+    "train": ("transformers", "tokenizers", "datasets", "pyarrow", "tensorboard", "tqdm", "matplotlib", "scipy"),
+    "eval": ("lm_eval", "transformers", "tokenizers"),
+}
+
+
+def missing_extra(error: ModuleNotFoundError, extra: str) -> str | None:
+    """One line saying which module is missing and the extra to install for it (`extra` where it brings
+    the module, else the first extra that does); None when no extra brings it (a bug or a broken
+    environment: the caller keeps the traceback)."""
+    module = (error.name or "").split(".")[0]
+    extras = [name for name, modules in EXTRA_MODULES.items() if module in modules]
+    if not extras:
+        return None
+    chosen = extra if extra in extras else extras[0]
+    return f"this needs {module}, which the '{chosen}' extra installs: pip install 'attnres[{chosen}]'"
+
 
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16"}  # the long names earlier versions took
 DEVICE_HELP = "cpu, cuda or cuda:N (default: %(default)s)"
@@ -262,8 +284,6 @@ def build_parser(commands) -> argparse.ArgumentParser:
 
 def _stand_in(command, error: ModuleNotFoundError) -> tuple[argparse.ArgumentParser, str]:
     """A subcommand whose parser cannot be built without its extra: listed, and run, it says what to install."""
-    from attnres.common.extras import missing_extra
-
     message = missing_extra(error, command.extra)
     if message is None:
         raise error

@@ -16,10 +16,9 @@ import importlib.abc
 import importlib.util
 import functools
 import sys
+import warnings
 
-from attnres.common.deprecation import warn_deprecated
-
-SINCE = "0.3.0"
+SINCE, REMOVED_IN = "0.3.0", "0.4.0"
 
 # old module -> its name now (issue 41: no two files a reader opens share a name; issue 53: generation
 # moved above the model)
@@ -65,7 +64,7 @@ def _kda_call_of_0_2_0(forward):
         if padding_mask is not None or shifted:
             warn_deprecated("KimiDeltaAttention.forward(x, cache, layer_idx, padding_mask)",
                             "forward(x, rope, cache, layer_idx, mask, real), the token-mixer call (rope and mask "
-                            "are ignored)", since=SINCE)
+                            "are ignored)", stacklevel=5)  # the user's line, above nn.Module's two call frames
             if shifted:
                 rope, cache, layer_idx, padding_mask = None, rope, cache, (
                     layer_idx if not isinstance(layer_idx, int) else padding_mask)
@@ -96,7 +95,7 @@ def _add_old_spellings(module) -> None:
 
 def _moved_attribute(old: str, new: str, attribute: str) -> property:
     def read(self):
-        warn_deprecated(old, new, since=SINCE)
+        warn_deprecated(old, new)
         return getattr(self, attribute)
 
     return property(read, doc=f"Deprecated name of {attribute}.")
@@ -136,6 +135,14 @@ def _patched_modules() -> set[str]:
     return {target.rsplit(".", 1)[0] for target in (*MOVED_ATTRIBUTES, *OLD_CALLS)}
 
 
+def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:
+    """A DeprecationWarning naming `old`, the release that removes it and `new`, attributed to the line
+    `stacklevel` frames up (3: the user's line that read a moved name), so Python's default filters
+    show it when that line is in the user's own script."""
+    warnings.warn(f"{old} is deprecated since attnres {SINCE} and will be removed in {REMOVED_IN}; use {new}",
+                  DeprecationWarning, stacklevel=stacklevel)
+
+
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds the modules of `MOVED_MODULES` (only those: no file of that name exists any more)."""
 
@@ -156,7 +163,7 @@ def _module_getattr(old: str, new: str):
     def __getattr__(name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        warn_deprecated(f"the module {old}", new, since=SINCE)
+        warn_deprecated(f"the module {old}", new)
         return getattr(importlib.import_module(new), name)
 
     return __getattr__
@@ -169,7 +176,7 @@ def _package_getattr(package: str, names: dict[str, str]):
     def __getattr__(name: str):
         if name not in names:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        warn_deprecated(f"{package}.{name}", f"{names[name]}.{name}", since=SINCE)
+        warn_deprecated(f"{package}.{name}", f"{names[name]}.{name}")
         return getattr(importlib.import_module(names[name]), name)
 
     return __getattr__

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from attnres.common.errors import InputError
-from attnres.common.run_lock import LOCK_FILE
+from attnres.checkpoint.run_lock import LOCK_FILE
 from attnres.common.run_options import check_out_dir
 from attnres.common.user_paths import broken_link, user_path
 from attnres.hf import export

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from attnres.cli import main
-from attnres.common.run_lock import LOCK_FILE, RunDirectoryBusy, RunLock
+from attnres.checkpoint.run_lock import LOCK_FILE, RunDirectoryBusy, RunLock
 from attnres.train import load_run_config, train
 from attnres.train.metrics import read_records, records_to_keep
 
@@ -35,7 +35,7 @@ def test_a_second_holder_stops_at_once_naming_the_folder_and_the_pid(tmp_path):
 
 
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
-    code = (f"import os, signal; from attnres.common.run_lock import RunLock; "
+    code = (f"import os, signal; from attnres.checkpoint.run_lock import RunLock; "
             f"RunLock({str(tmp_path / 'run')!r}).acquire(); print('held', flush=True); "
             f"os.kill(os.getpid(), signal.SIGKILL)")
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -19,7 +19,7 @@ import torch
 
 from attnres.common.machine import machine_info
 from attnres.residual import nearest_num_blocks
-from attnres.common.timing import Task, run_interleaved
+from attnres.train.timing import Task, run_interleaved
 from attnres.model import ModelConfig
 from attnres.train.step_cost import VariantRunner
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from scipy.stats import spearmanr
 
 from attnres.common.errors import InputError
-from attnres.common.evaluation import evaluating
+from attnres.analysis.evaluating import evaluating
 from attnres.model.decoder import AttnResLM
 
 ABLATIONS = ("zero", "mean")

@@ -10,7 +10,7 @@ import torch
 
 from attnres.common.errors import InputError
 from attnres.analysis.router_stats import routing_entropy
-from attnres.common.evaluation import evaluating
+from attnres.analysis.evaluating import evaluating
 from attnres.analysis.sharpness import mean_max_weight
 from attnres.model import AttnResLM
 

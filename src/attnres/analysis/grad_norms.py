@@ -8,7 +8,7 @@ from collections.abc import Iterable
 import torch
 
 from attnres.common.errors import InputError
-from attnres.common.evaluation import evaluating
+from attnres.analysis.evaluating import evaluating
 from attnres.model import AttnResLM
 
 

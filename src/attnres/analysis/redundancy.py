@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from attnres.common.errors import InputError
-from attnres.common.evaluation import evaluating
+from attnres.analysis.evaluating import evaluating
 from attnres.model import AttnResLM
 
 CHUNK_ELEMENTS = 1 << 24  # tokens are processed in chunks of at most this many stacked fp32 elements

@@ -10,7 +10,7 @@ from attnres.bench.model_bench import run_depth_sweep, run_model_bench
 from attnres.bench.report import format_markdown, write_report
 from attnres.bench.router_bench import router_bytes, run_router_bench
 from attnres.bench.run_bench import run_bench
-from attnres.common.timing import Task, Timing, run_interleaved  # re-exported: the timing bench uses
+from attnres.train.timing import Task, Timing, run_interleaved  # re-exported: the timing bench uses
 
 __all__ = ["BenchConfig", "Task", "Timing", "format_markdown", "resolve_config", "router_bytes", "run_bench",
            "run_depth_sweep", "run_interleaved", "run_model_bench", "run_router_bench", "write_report"]

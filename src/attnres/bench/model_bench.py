@@ -12,7 +12,7 @@ from collections.abc import Callable
 import torch
 
 from attnres.bench.bench_config import BASELINE, BenchConfig
-from attnres.common.timing import Task, ratio, run_interleaved
+from attnres.train.timing import Task, ratio, run_interleaved
 from attnres.model import ModelConfig
 from attnres.generation.memory_traffic import GB
 from attnres.train.step_cost import (VariantRunner, check_runners_fit, device_sync, memory_ratios,

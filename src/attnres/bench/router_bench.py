@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from attnres.bench.bench_config import BenchConfig
-from attnres.common.timing import Task, run_interleaved
+from attnres.train.timing import Task, run_interleaved
 from attnres.routing import Router, resolve_impl
 from attnres.train.step_cost import device_sync
 

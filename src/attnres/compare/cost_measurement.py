@@ -19,7 +19,7 @@ import torch
 
 from attnres.common.checks import check_int, check_positive_number
 from attnres.common.machine import machine_info
-from attnres.common.timing import Task, run_interleaved
+from attnres.train.timing import Task, run_interleaved
 from attnres.report.compare_summary import BASELINE
 from attnres.routing import resolve_impl
 from attnres.train.step_cost import VariantRunner, device_sync, release_memory
@@ -34,7 +34,7 @@ class CostSettings:
 
     repeats: measured rounds (each times every variant's training step once; more rounds narrow the
     interval of the median ratio); warmup: discarded rounds first; noise_threshold: a step-time
-    ratio whose 90 % interval (`attnres.common.timing.ratio_spread`) is wider than this fraction of
+    ratio whose 90 % interval (`attnres.train.timing.ratio_spread`) is wider than this fraction of
     the ratio is reported as too noisy to quote (0.25: wider than that, the interval cannot tell a
     1.05x cost from a 1.25x one); seed: of
     the fresh models' weights and the random token batch.

@@ -17,7 +17,7 @@ import torch
 
 from attnres.common.errors import InputError
 from attnres.common.machine import machine_info
-from attnres.common.run_lock import RunLock
+from attnres.checkpoint.run_lock import RunLock
 from attnres.compare.presets import ComparePreset, at_rate, variant_run, variant_slug
 from attnres.compare.progress import CompareProgress
 from attnres.compare.protocol import RateSearch, rate_label, search_rates, unigram_entropy
@@ -97,7 +97,7 @@ def run_preset(preset: ComparePreset, out_dir: Path, **options) -> dict | None:
     """`attnres compare`: the fair-comparison protocol (run_protocol) where `preset` has a
     `protocol:` section, else every variant at the preset's settings (run_compare). `options` are
     those two functions' keywords (seeds, command, device, shard, ...); returns their results. The
-    folder is locked while it runs (`attnres.common.run_lock.RunLock`, by shard where sharded)."""
+    folder is locked while it runs (`attnres.checkpoint.run_lock.RunLock`, by shard where sharded)."""
     runner = run_compare if preset.protocol is None else run_protocol
     # One process per --out folder, or per shard of it: a second one stops at once (RunLock).
     with RunLock(out_dir, "--out", options.get("shard", (0, 1))):

@@ -15,7 +15,7 @@ from transformers import GenerationConfig
 from attnres.checkpoint.hf_dir import generation_defaults, read_generation_config, special_token_ids
 from attnres.common.atomic import apply_umask, publish
 from attnres.common.json_files import CONFIG_FILE
-from attnres.common.run_lock import LOCK_FILE, RunLock
+from attnres.checkpoint.run_lock import LOCK_FILE, RunLock
 from attnres.common.run_options import check_out_dir
 from attnres.common.user_paths import user_path
 from attnres.data.tiktoken_files import check_tiktoken_source

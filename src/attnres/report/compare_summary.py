@@ -13,7 +13,7 @@ from attnres.analysis.expert_load import load_imbalance
 from attnres.analysis.intervals import ci95_halfwidth, mean, sample_std
 from attnres.analysis.sharpness import summarize_max_weights
 from attnres.common.errors import InputError
-from attnres.common.timing import ratio, ratio_spread, round_ratios
+from attnres.train.timing import ratio, ratio_spread, round_ratios
 from attnres.report.variant_names import entry_options
 
 BASELINE = "standard"
@@ -112,7 +112,7 @@ def cost_summary(cost: dict | None, name: str, baseline: str = BASELINE) -> dict
     """The cost figures of variant `name` from results["cost"] (`attnres.compare.cost_measurement.measure_costs`):
     step_time_s (median seconds of its training step), step_time_ratio (median over rounds of its
     step / standard's step in the same round), step_time_low / step_time_high (the distribution-free
-    90 % interval of that median, `attnres.common.timing.median_interval`: with 5 to 7 rounds the
+    90 % interval of that median, `attnres.train.timing.median_interval`: with 5 to 7 rounds the
     lowest and highest per-round ratio), step_time_coverage (the interval's exact coverage),
     step_time_spread ((high - low) / ratio), step_time_noisy (spread above the measurement's
     noise_threshold), peak_memory_bytes, activation_bytes and their ratios to

@@ -26,7 +26,7 @@ from attnres.checkpoint import checkpoint_dirs
 from attnres.common.atomic import write_atomic
 from attnres.common.errors import InputError
 from attnres.common.machine import machine_info
-from attnres.common.run_lock import RunLock
+from attnres.checkpoint.run_lock import RunLock
 from attnres.compare.cost_measurement import MIN_REPEATS, CostSettings, measure_costs
 from attnres.compare.progress import CompareProgress
 from attnres.compare.run_comparison import finished_record

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from attnres.checkpoint import Checkpoint, CheckpointError, latest_checkpoint, read_checkpoint
-from attnres.common.evaluation import evaluating
+from attnres.analysis.evaluating import evaluating
 from attnres.common.checks import check_int
 from attnres.common.machine import check_device
 from attnres.common.precision import autocast

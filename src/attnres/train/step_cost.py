@@ -2,7 +2,7 @@
 
 Shared by `attnres bench` and the cost measurement of `attnres compare` (siblings that must not
 import each other), so both time the same training step and measure memory the same way. The
-timing itself is `attnres.common.timing.run_interleaved`.
+timing itself is `attnres.train.timing.run_interleaved`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from attnres.common.precision import autocast
-from attnres.common.timing import ratio
+from attnres.train.timing import ratio
 from attnres.generation import FastGenerator
 from attnres.model import AttnResLM, KVCache, ModelConfig
 from attnres.model.flops import parameter_count

@@ -30,7 +30,7 @@ from attnres.checkpoint import Checkpoint, CheckpointError, checkpoint_dirs
 from attnres.checkpoint.hf_dir import hf_directory_files, read_generation_config
 from attnres.common.atomic import write_atomic
 from attnres.common.errors import InputError
-from attnres.common.run_lock import RunLock
+from attnres.checkpoint.run_lock import RunLock
 from attnres.common.run_options import check_out_dir
 from attnres.common.machine import check_device
 from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data

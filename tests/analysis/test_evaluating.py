@@ -1,10 +1,10 @@
-"""attnres.common.evaluation.evaluating: eval mode for a block, then the hooks gone and the flag restored."""
+"""attnres.analysis.evaluating.evaluating: eval mode for a block, then the hooks gone and the flag restored."""
 
 import pytest
 import torch
 from torch import nn
 
-from attnres.common.evaluation import evaluating
+from attnres.analysis.evaluating import evaluating
 
 
 @pytest.mark.parametrize("training", [True, False])

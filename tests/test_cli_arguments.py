@@ -1,5 +1,5 @@
 """The core package needs torch and four small packages; every other use is an install extra, and a
-command whose extra is missing names it in one line (attnres.common.extras)."""
+command whose extra is missing names it in one line (attnres.cli_arguments)."""
 
 import re
 import subprocess
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from attnres.common.extras import EXTRA_MODULES, missing_extra
+from attnres.cli_arguments import EXTRA_MODULES, missing_extra
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the pyproject.toml checks are skipped there

@@ -2,7 +2,7 @@
 
 import pytest
 
-from attnres.common.timing import Task, median_interval, ratio, ratio_spread, round_ratios, run_interleaved
+from attnres.train.timing import Task, median_interval, ratio, ratio_spread, round_ratios, run_interleaved
 
 
 class FakeClock:
