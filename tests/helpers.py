@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from attnres.common import toolchain
-from attnres.residual.variants import EXACT_CONVERSIONS
+from attnres.methods import EXACT_CONVERSIONS
 from attnres.routing import fused_cpu
 
 # Tests of the fused CPU routing kernel (routing_impl "fused") run where it is built or can be built

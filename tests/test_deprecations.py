@@ -119,7 +119,7 @@ MOVED_MODULES = [
     ("attnres.data.config", "attnres.data.data_config", "DataConfig"),
     ("attnres.train.config", "attnres.train.train_config", "TrainConfig"),
     ("attnres.residual.streams", "attnres.residual.stream_scheme", "StreamScheme"),
-    ("attnres.routing.streams", "attnres.routing.stream_mixer", "StreamMixer"),
+    ("attnres.routing.streams", "attnres.methods.stream_mixer", "StreamMixer"),
     ("attnres.hf.errors", "attnres.hf.conversion_error", "ConversionError"),
     ("attnres.report.analyze", "attnres.analyze.run_analysis", "analyze"),
     ("attnres.report.analyze_plots", "attnres.report.depth_analysis_plots", "plot_cosine_matrices"),
@@ -129,6 +129,12 @@ MOVED_MODULES = [
     ("attnres.model.memory_traffic", "attnres.generation.memory_traffic", "decode_bytes_per_step"),
     ("attnres.model.config", "attnres.model.model_config", "ModelConfig"),
     ("attnres.model.init", "attnres.model.init_weights", "init_module"),
+    ("attnres.routing.depth_average", "attnres.methods.denseformer", "DenseFormerOptions"),
+    ("attnres.routing.hyper_connections", "attnres.methods.hyper_connections", "HyperConnection"),
+    ("attnres.routing.mhc", "attnres.methods.mhc", "sinkhorn"),
+    ("attnres.routing.mixer", "attnres.methods.depth_mixer", "DepthMixer"),
+    ("attnres.routing.options", "attnres.methods.options", "VariantOptions"),
+    ("attnres.routing.router", "attnres.methods.router", "Router"),
 ]
 
 
@@ -158,25 +164,34 @@ def test_the_readme_commands_of_0_2_0_still_run_with_a_note_naming_tools(name, e
     assert expected in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("name", ["FastGenerator", "GenerationResult", "Sampling"])
-def test_fast_generation_names_still_import_from_attnres_model_with_a_warning(name):
-    import attnres.generation
-    import attnres.model
+# (module of 0.2.0, a name that moved out of it, the module that holds it now)
+MOVED_NAMES = [
+    *[("attnres.model", name, "attnres.generation") for name in ("FastGenerator", "GenerationResult", "Sampling")],
+    *[("attnres.model.model_config", name, "attnres.report.variant_names") for name in ("variant_name", "entry_options")],
+    *[("attnres.routing", name, "attnres.methods") for name in (
+        "DepthMixer", "DepthWeightedAverage", "HyperConnection", "ManifoldHyperConnection", "MixerFlops", "QUERY_KINDS",
+        "Router", "StreamMixer", "WEIGHT_KINDS")],
+    *[("attnres.residual.variants", name, "attnres.methods") for name in (
+        "EXACT_CONVERSIONS", "SOURCE_KINDS", "STREAM_IMPLS", "BlockCount", "BlockOptions",
+        "DeltaBlockOptions", "Variant", "register_variant", "unregister_variant")],
+]
 
-    with pytest.warns(DeprecationWarning, match=rf"attnres\.model\.{name} is deprecated since attnres 0\.3\.0 .*; "
-                                                rf"use attnres\.generation\.{name}$"):
-        moved = getattr(attnres.model, name)
-    assert moved is getattr(attnres.generation, name)
+
+@pytest.mark.parametrize("old, name, new", MOVED_NAMES, ids=[f"{old}.{name}" for old, name, _ in MOVED_NAMES])
+def test_a_name_that_moved_out_of_a_module_still_imports_from_it_with_a_warning(old, name, new):
+    from attnres import compat
+
+    assert compat.MOVED_NAMES[old][name] == new
+    with pytest.warns(DeprecationWarning, match=rf"{old}\.{name} is deprecated since attnres 0\.3\.0 .*; "
+                                                rf"use {new}\.{name}$"):
+        moved = getattr(importlib.import_module(old), name)
+    assert moved is getattr(importlib.import_module(new), name)
     with pytest.raises(AttributeError, match="no attribute 'Nonexistent'"):
-        attnres.model.Nonexistent  # noqa: B018
+        importlib.import_module(old).Nonexistent  # noqa: B018
 
 
-@pytest.mark.parametrize("name", ["variant_name", "entry_options"])
-def test_display_names_still_import_from_the_model_config_with_a_warning(name):
-    import attnres.model.model_config as model_config
-    import attnres.report.variant_names as variant_names
+def test_the_moved_names_are_all_tested():
+    from attnres import compat
 
-    with pytest.warns(DeprecationWarning, match=rf"attnres\.model\.model_config\.{name} is deprecated since attnres "
-                                                rf"0\.3\.0 .*; use attnres\.report\.variant_names\.{name}$"):
-        moved = getattr(model_config, name)
-    assert moved is getattr(variant_names, name)
+    assert {(old, name) for old, names in compat.MOVED_NAMES.items() for name in names} == {
+        (old, name) for old, name, _ in MOVED_NAMES}

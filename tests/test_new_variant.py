@@ -52,8 +52,8 @@ class RecentMean(attnres.DepthMixer):
             weights[..., n - k:] = float(scale.detach() if torch.is_tensor(scale) else scale)
         return mixed, weights
 
-    def flops_per_token(self, num_sources: int) -> attnres.routing.MixerFlops:
-        return attnres.routing.MixerFlops(vector=2 * min(self.window, num_sources) * self.hidden_size)
+    def flops_per_token(self, num_sources: int) -> attnres.methods.MixerFlops:
+        return attnres.methods.MixerFlops(vector=2 * min(self.window, num_sources) * self.hidden_size)
 
 
 class StreamRecentMean(RecentMean):

@@ -7,7 +7,7 @@
 from attnres.common.errors import InputError
 from attnres.model import AttnResLM, CausalLMOutput, ConfigError, ModelConfig
 from attnres.residual import ResidualScheme, Variant, VariantOptions, build_residual, option, register_variant
-from attnres.routing import DepthMixer
+from attnres.methods import DepthMixer
 
 __all__ = ["AttnResLM", "CausalLMOutput", "ConfigError", "DepthMixer", "InputError", "ModelConfig", "ResidualScheme",
            "Variant", "VariantOptions", "build_residual", "option", "register_variant"]

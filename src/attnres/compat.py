@@ -39,7 +39,14 @@ MOVED_MODULES = {
     "attnres.report.analyze_plots": "attnres.report.depth_analysis_plots",
     "attnres.report.analyze_report": "attnres.report.depth_analysis_report",
     "attnres.residual.streams": "attnres.residual.stream_scheme",
-    "attnres.routing.streams": "attnres.routing.stream_mixer",
+    "attnres.routing.streams": "attnres.methods.stream_mixer",
+    # issue 60: the methods left the routing kernels for attnres.methods
+    "attnres.routing.depth_average": "attnres.methods.denseformer",
+    "attnres.routing.hyper_connections": "attnres.methods.hyper_connections",
+    "attnres.routing.mhc": "attnres.methods.mhc",
+    "attnres.routing.mixer": "attnres.methods.depth_mixer",
+    "attnres.routing.options": "attnres.methods.options",
+    "attnres.routing.router": "attnres.methods.router",
     "attnres.train.config": "attnres.train.train_config",
     "attnres.train.cost": "attnres.train.step_cost",
     "attnres.train.init": "attnres.train.starting_model",
@@ -48,6 +55,12 @@ MOVED_MODULES = {
 MOVED_NAMES = {
     "attnres.model": {name: "attnres.generation" for name in ("FastGenerator", "GenerationResult", "Sampling")},
     "attnres.model.model_config": {name: "attnres.report.variant_names" for name in ("variant_name", "entry_options")},
+    "attnres.routing": {name: "attnres.methods" for name in (
+        "DepthMixer", "DepthWeightedAverage", "HyperConnection", "ManifoldHyperConnection", "MixerFlops",
+        "QUERY_KINDS", "Router", "StreamMixer", "WEIGHT_KINDS")},
+    "attnres.residual.variants": {name: "attnres.methods" for name in (
+        "EXACT_CONVERSIONS", "SOURCE_KINDS", "STREAM_IMPLS", "BlockCount", "BlockOptions",
+        "DeltaBlockOptions", "Variant", "register_variant", "unregister_variant")},
 }
 
 # "module.Class" -> {attribute renamed in 0.3.0: its name now}

@@ -16,7 +16,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnres.model import AttnResLM, ModelConfig
 from attnres.model.flops import TRAINING_MULTIPLIER, flops_per_token, training_flops
-from attnres.routing import DepthWeightedAverage, HyperConnection, MixerFlops, Router
+from attnres.methods import DepthWeightedAverage, HyperConnection, MixerFlops, Router
 from attnres.train.run_config import load_run_config
 from tests.helpers import options_of
 

@@ -14,7 +14,7 @@ from attnres.common.errors import InputError
 from attnres.report.variant_names import variant_name
 from attnres.generation.fast_generator import FastGenerator
 from attnres.residual import VARIANTS, check_routing
-from attnres.routing import Router
+from attnres.methods import Router
 from tests.helpers import activate_routing, options_of, train_losses
 from tests.generation.test_fast_generator import eager_greedy, prompt
 

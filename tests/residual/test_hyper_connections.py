@@ -11,9 +11,9 @@ from attnres.common.errors import InputError
 from attnres.analysis.causal import collect_causal_routing
 from attnres.distributed.pipeline_layout import PipelineConfig, PipelineConfigError, build_layout
 from attnres.report.variant_names import variant_name
-from attnres.routing.hyper_connections import HyperConnectionOptions
-from attnres.routing.mhc import ManifoldHyperConnectionOptions
-from attnres.routing.options import VariantOptions
+from attnres.methods.hyper_connections import HyperConnectionOptions
+from attnres.methods.mhc import ManifoldHyperConnectionOptions
+from attnres.methods.options import VariantOptions
 from attnres.train.train_config import TrainConfig
 from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.memory import measure_step_memory

@@ -15,7 +15,7 @@ from attnres import AttnResLM, ConfigError, ModelConfig
 from attnres.analysis import collect_depth_stats
 from attnres.residual import (VARIANTS, BlockCount, Variant, VariantOptions, option, register_variant,
                               unregister_variant)
-from attnres.routing import DepthMixer
+from attnres.methods import DepthMixer
 from tests.helpers import train_losses
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from attnres.routing.fused_cpu import fused_available
-from attnres.routing.router import Router
+from attnres.methods.router import Router
 
 EPS = 1e-6
 # The stated tolerance: relative error of the pseudo-query gradient against float64. Measured here

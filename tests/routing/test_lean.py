@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from attnres.routing import Router, inv_rms, route_reference, route_sources
+from attnres.routing import inv_rms, route_reference, route_sources
+from attnres.methods import Router
 
 EPS = 1e-6
 

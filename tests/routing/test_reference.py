@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from attnres.routing import Router, route_reference
+from attnres.routing import route_reference
+from attnres.methods import Router
 
 
 def naive_route(query, gain, sources, eps):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from attnres.residual import VARIANTS
-from attnres.routing.options import REQUIRED
+from attnres.methods.options import REQUIRED
 
 
 def _allowed(field: dataclasses.Field) -> str:

@@ -14,7 +14,8 @@ import torch
 
 from attnres.bench.bench_config import BenchConfig
 from attnres.train.timing import Task, run_interleaved
-from attnres.routing import Router, resolve_impl
+from attnres.routing import resolve_impl
+from attnres.methods import Router
 from attnres.train.step_cost import device_sync
 
 EPS = 1e-6

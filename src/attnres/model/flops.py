@@ -43,7 +43,7 @@ class FlopsPerToken:
 
     linear: the decoder layers' projections; attention: the sequence term (QK^T, AV); head: the LM
     head; mixing_matmul / mixing_vector: the depth mixers' contractions computed as matrix products
-    and elementwise (`attnres.routing.MixerFlops`). `counted_by_torch`: what torch's FlopCounterMode
+    and elementwise (`attnres.methods.MixerFlops`). `counted_by_torch`: what torch's FlopCounterMode
     sees of the forward (every matrix product, with attention under the math kernel).
     """
 

@@ -6,7 +6,7 @@ from torch import nn
 
 from attnres.model.moe import MixtureOfExperts
 from attnres.norm import RMSNorm
-from attnres.routing import DepthMixer
+from attnres.methods import DepthMixer
 
 
 def init_module(module: nn.Module, std: float) -> None:

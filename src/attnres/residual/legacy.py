@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from attnres.common.errors import InputError
 from attnres.residual.old_names import FLAT_OPTIONS, RUN_SETTINGS
-from attnres.residual.variants import VARIANTS, variants_with_option
+from attnres.residual.variants import variants_with_option
+from attnres.methods import VARIANTS
 
 __all__ = ["FLAT_OPTIONS", "RUN_SETTINGS", "upgrade_model_fields"]
 

@@ -6,20 +6,6 @@ import math
 from dataclasses import dataclass
 
 
-def valid_num_blocks(num_sublayers: int) -> list[int]:
-    """Block counts N that split `num_sublayers` into exactly N blocks of size ceil(2L / N).
-
-    method §3.2: blocks hold S = ceil(2L / N) sub-layers, the last one possibly shorter; an N for
-    which that gives fewer than N blocks (2L = 12, N = 5 -> S = 3, 4 blocks) is not valid.
-    """
-    return [n for n in range(1, num_sublayers + 1) if math.ceil(num_sublayers / math.ceil(num_sublayers / n)) == n]
-
-
-def nearest_num_blocks(num_sublayers: int, requested: int) -> int:
-    """The valid block count (`valid_num_blocks`) nearest `requested`; on a tie the smaller."""
-    return min(valid_num_blocks(num_sublayers), key=lambda n: (abs(n - requested), n))
-
-
 @dataclass(frozen=True)
 class SourcePolicy:
     """Sources = the embedding, each completed block's summary, and optionally the current partial.

@@ -10,7 +10,8 @@ import torch
 from attnres.common.errors import InputError
 from attnres.residual.policy import SourcePolicy
 from attnres.residual.scheme import ResidualScheme, StreamState, auto_chunk_size, check_chunk_size
-from attnres.routing import IMPLS, DepthMixer, GroupRouting, RoutedPrefix, inv_rms, route_group
+from attnres.methods import DepthMixer
+from attnres.routing import IMPLS, GroupRouting, RoutedPrefix, inv_rms, route_group
 from attnres.routing.fused_cpu import collect_source
 
 

@@ -35,9 +35,9 @@ from torch import nn
 from attnres.common.checks import check_choice, check_int
 from attnres.common.errors import InputError
 from attnres.residual.policy import SourcePolicy, StatePolicy, StreamPolicy
-from attnres.routing import IMPLS, DepthMixer, resolve_impl
+from attnres.methods import DepthMixer
+from attnres.routing import IMPLS, resolve_impl
 
-MODES = ("none", "replace", "add", "average", "streams")
 
 
 def auto_chunk_size(num_routers: int) -> int:
@@ -104,7 +104,7 @@ class ResidualScheme(nn.Module):
     mode "average": h_s = x_s;  x_{s+1} = x_s + delta_s, and after a layer t that a `StatePolicy` names,
                     the stream becomes A_m(states x_j it reads) (DenseFormer); hidden = the stream
     mode "streams": n streams X (`StreamPolicy`); h_s = R_s(X) reads, X <- R_s.write(X, delta_s);
-                    hidden = R_final(X) (hyper-connections, mHC; `attnres.routing.stream_mixer`)
+                    hidden = R_final(X) (hyper-connections, mHC; `attnres.methods.stream_mixer`)
 
     R is a `DepthMixer` (by default the `Router` of method §2), built as mixer(hidden_size, eps,
     **mixer_options) (the variant's options, `VariantOptions.mixer_options`); all parameters of a

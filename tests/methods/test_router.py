@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from attnres.routing import Router
+from attnres.methods import Router
 
 D = 8
 OPTIONS = [dict(query=q, weights=w, key_norm=k)

@@ -10,8 +10,9 @@ from torch import nn
 
 from attnres.common.errors import InputError
 from attnres.routing.lean import compute_dtype
-from attnres.routing.mixer import DepthMixer, MixerFlops
-from attnres.routing.options import VariantOptions, option
+from attnres.methods.depth_mixer import DepthMixer, MixerFlops
+from attnres.methods.options import VariantOptions, option
+from attnres.methods.variant import Variant, register_variant
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,3 +78,7 @@ class DepthWeightedAverage(DepthMixer):
         if need_weights:
             weights = self.alpha.detach().float().expand(*sources[0].shape[:-1], len(sources))
         return mixed, weights
+
+
+register_variant(Variant("denseformer", "average", "states", "x", mixer=DepthWeightedAverage, options=DenseFormerOptions,
+                         method="method §7 (Pagliardini et al., 2024)", color="#9467bd"))

@@ -23,7 +23,7 @@ declares what more it can use from the scheme with class attributes:
   mode "replace". Default False.
 - `takes_init_std = True`: the constructor also takes `init_std=`, the model's weight init standard
   deviation, for a mixer whose initialisation draws random weights (mHC). Default False.
-- `mixes_streams = True`: a stream mixer (hyper-connections, mHC; `attnres.routing.stream_mixer`): the
+- `mixes_streams = True`: a stream mixer (hyper-connections, mHC; `attnres.methods.stream_mixer`): the
   scheme keeps n residual streams (B, T, n, D) and the mixer reads them into the sub-layer input
   and writes the sub-layer's output back (`StreamMixer`). Default False.
 
@@ -31,7 +31,7 @@ A mixer also states its arithmetic, `flops_per_token(num_sources)` -> `MixerFlop
 FLOPs accounting (`attnres.model.flops`, docs/explanation/scaling-law.md) sums over a model's mixers.
 
 Mixers are built as `Mixer(hidden_size, eps, **options)`: `options` are the variant's options that
-declare a mixer keyword (`attnres.routing.options.option(..., mixer=NAME)`, e.g. the Router's
+declare a mixer keyword (`attnres.methods.options.option(..., mixer=NAME)`, e.g. the Router's
 `query`, `weights` and `key_norm`, method §7), always passed, and `gated=True` where the options ask
 for a zero-initialised scalar gate on the output (method §4's exact conversion), which a mixer may
 refuse with a ValueError.

@@ -11,9 +11,10 @@ import torch
 from torch import Tensor, nn
 
 from attnres.common.precision import autocast_off
-from attnres.routing.mixer import DepthMixer, MixerFlops
-from attnres.routing.options import VariantOptions, option
-from attnres.routing.stream_mixer import StreamMixer, check_streams, collapse, stream_dtype, normalised_projection
+from attnres.methods.depth_mixer import DepthMixer, MixerFlops
+from attnres.methods.options import VariantOptions, option
+from attnres.methods.variant import Variant, register_variant
+from attnres.methods.stream_mixer import STREAM_IMPLS, StreamMixer, check_streams, collapse, stream_dtype, normalised_projection
 
 
 def sinkhorn(matrix: Tensor, iterations: int, eps: float) -> Tensor:
@@ -149,3 +150,8 @@ class ManifoldHyperHead(DepthMixer):
             pre = torch.sigmoid(mixes * self.scale.to(compute) + self.base.to(compute)) + self.hc_eps
             hidden = collapse(pre, x, lean)
         return hidden, (pre.detach().float() if need_weights else None)
+
+
+register_variant(Variant("mhc", "streams", "streams", "h", mixer=ManifoldHyperConnection,
+                         options=ManifoldHyperConnectionOptions, impls=STREAM_IMPLS,
+                         method="method §7.3 (DeepSeek, 2025)", color="#e377c2"))

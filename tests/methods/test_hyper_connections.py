@@ -5,8 +5,8 @@ Sinkhorn-Knopp projection, and the papers' initialisations."""
 import pytest
 import torch
 
-from attnres.routing.hyper_connections import HyperConnection, StreamSum
-from attnres.routing.mhc import ManifoldHyperConnection, ManifoldHyperHead, sinkhorn
+from attnres.methods.hyper_connections import HyperConnection, StreamSum
+from attnres.methods.mhc import ManifoldHyperConnection, ManifoldHyperHead, sinkhorn
 
 D, N = 8, 4
 

@@ -10,9 +10,10 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from attnres.routing.mixer import DepthMixer, MixerFlops
-from attnres.routing.options import VariantOptions, option
-from attnres.routing.stream_mixer import StreamMixer, check_streams, normalised_projection
+from attnres.methods.depth_mixer import DepthMixer, MixerFlops
+from attnres.methods.options import VariantOptions, option
+from attnres.methods.variant import Variant, register_variant
+from attnres.methods.stream_mixer import STREAM_IMPLS, StreamMixer, check_streams, normalised_projection
 
 HC_SCALE_INIT = 0.01  # Zhu et al.: the dynamic corrections' scales s_alpha, s_beta start at 0.01
 
@@ -114,3 +115,8 @@ class StreamSum(DepthMixer):
         """streams (B, T, n, D) -> (sum over n (B, T, D), ones (B, T, n) or None)."""
         weights = torch.ones(streams.shape[:-1], device=streams.device) if need_weights else None
         return streams.sum(dim=-2), weights
+
+
+register_variant(Variant("hyper_connections", "streams", "streams", "h", mixer=HyperConnection,
+                         options=HyperConnectionOptions, impls=STREAM_IMPLS, method="method §7.3 (Zhu et al., 2025)",
+                         color="#8c564b"))

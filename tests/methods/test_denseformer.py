@@ -1,9 +1,9 @@
-"""DenseFormer's depth-weighted average (attnres.routing.DepthWeightedAverage), method §7."""
+"""DenseFormer's depth-weighted average (attnres.methods.DepthWeightedAverage), method §7."""
 
 import pytest
 import torch
 
-from attnres.routing import DepthWeightedAverage
+from attnres.methods import DepthWeightedAverage
 
 
 def sources(n=4, dtype=torch.float64, seed=0):

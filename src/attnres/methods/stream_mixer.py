@@ -32,7 +32,11 @@ import torch
 from torch import Tensor
 
 from attnres.common.precision import autocast_off
-from attnres.routing.mixer import DepthMixer, MixerFlops
+from attnres.methods.depth_mixer import DepthMixer, MixerFlops
+
+# The routing implementations of the stream methods: their fast path ("lean") recomputes in backward;
+# the routing kernels do not apply.
+STREAM_IMPLS = ("auto", "reference", "lean")
 
 
 def stream_dtype(streams: Tensor) -> torch.dtype:

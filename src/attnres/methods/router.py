@@ -12,8 +12,8 @@ from torch import nn
 from attnres.common.checks import check_bool, check_choice
 from attnres.common.precision import autocast_off
 from attnres.norm import RMSNorm, unit_rms
-from attnres.routing.mixer import DepthMixer, MixerFlops
-from attnres.routing.options import VariantOptions, option
+from attnres.methods.depth_mixer import DepthMixer, MixerFlops
+from attnres.methods.options import VariantOptions, option
 from attnres.routing.reference import route_reference
 from attnres.routing.route import resolve_impl, route_fast
 from attnres.routing.two_phase import RoutedPrefix, merge_remaining
