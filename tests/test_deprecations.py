@@ -7,7 +7,7 @@ import importlib
 import pytest
 import torch
 
-from attnres import ModelConfig, Variant, build_residual
+from attnres import AttnResLM, ModelConfig, Variant, build_residual
 from attnres.cli import main
 from attnres.common.errors import InputError
 
@@ -72,14 +72,17 @@ def test_conversion_keywords_of_0_1_0_are_removed(module, function, arguments):
         call(*arguments, num_blocks=2)
 
 
-def test_trainer_routers_is_the_expert_routers_under_a_deprecated_name():
+def test_trainer_routers_are_the_expert_routers_of_its_model_with_a_warning():
+    from attnres.model.moe_balance import expert_routers
     from attnres.train import Trainer
+    from tests.model.test_kimi_decoder import config_for
 
     trainer = object.__new__(Trainer)  # the attribute alone; a set-up needs data and a model
-    trainer.expert_routers = ["gate of layer 1"]
+    trainer.model = AttnResLM(config_for())
     with pytest.warns(DeprecationWarning, match=r"Trainer\.routers is deprecated since attnres 0\.3\.0 and will "
-                                                r"be removed in 0\.4\.0; use Trainer\.expert_routers"):
-        assert trainer.routers is trainer.expert_routers
+                                                r"be removed in 0\.4\.0; use attnres\.model\.moe_balance\.expert_routers"):
+        routers = trainer.routers
+    assert routers == expert_routers(trainer.model) and len(routers) == 3
 
 
 @pytest.mark.parametrize("old_call", ["positional", "keywords", "padding_mask only"])
@@ -168,6 +171,12 @@ def test_the_readme_commands_of_0_2_0_still_run_with_a_note_naming_tools(name, e
 MOVED_NAMES = [
     *[("attnres.model", name, "attnres.generation") for name in ("FastGenerator", "GenerationResult", "Sampling")],
     *[("attnres.model.model_config", name, "attnres.report.variant_names") for name in ("variant_name", "entry_options")],
+    ("attnres.model.layers", "Attention", "attnres.model.attention"),
+    ("attnres.model.layers", "apply_rotary", "attnres.model.attention"),
+    ("attnres.model.layers", "MLP", "attnres.model.mlp"),
+    ("attnres.model.layers", "MixtureOfExperts", "attnres.model.moe"),
+    ("attnres.model.layers", "KimiDeltaAttention", "attnres.model.kda"),
+    ("attnres.model.layers", "LatentAttention", "attnres.model.mla"),
     *[("attnres.routing", name, "attnres.methods") for name in (
         "DepthMixer", "DepthWeightedAverage", "HyperConnection", "ManifoldHyperConnection", "MixerFlops", "QUERY_KINDS",
         "Router", "StreamMixer", "WEIGHT_KINDS")],

@@ -58,13 +58,22 @@ MOVED_NAMES = {
     "attnres.routing": {name: "attnres.methods" for name in (
         "DepthMixer", "DepthWeightedAverage", "HyperConnection", "ManifoldHyperConnection", "MixerFlops",
         "QUERY_KINDS", "Router", "StreamMixer", "WEIGHT_KINDS")},
+    "attnres.model.layers": {"Attention": "attnres.model.attention", "apply_rotary": "attnres.model.attention",
+                             "MLP": "attnres.model.mlp", "MixtureOfExperts": "attnres.model.moe",
+                             "KimiDeltaAttention": "attnres.model.kda", "LatentAttention": "attnres.model.mla"},
     "attnres.residual.variants": {name: "attnres.methods" for name in (
         "EXACT_CONVERSIONS", "SOURCE_KINDS", "STREAM_IMPLS", "BlockCount", "BlockOptions",
         "DeltaBlockOptions", "Variant", "register_variant", "unregister_variant")},
 }
 
-# "module.Class" -> {attribute renamed in 0.3.0: its name now}
-MOVED_ATTRIBUTES = {"attnres.train.trainer.Trainer": {"routers": "expert_routers"}}
+
+def _expert_routers(trainer):
+    return importlib.import_module("attnres.model.moe_balance").expert_routers(trainer.model)
+
+
+# "module.Class" -> {attribute removed in 0.3.0: (what to use instead, its value)}
+MOVED_ATTRIBUTES = {"attnres.train.trainer.Trainer": {
+    "routers": ("attnres.model.moe_balance.expert_routers(trainer.model)", _expert_routers)}}
 
 
 def _kda_call_of_0_2_0(forward):
@@ -100,18 +109,18 @@ def _add_old_spellings(module) -> None:
         if module_name != module.__name__:
             continue
         cls = getattr(module, class_name)
-        for old, new in MOVED_ATTRIBUTES.get(target, {}).items():
-            setattr(cls, old, _moved_attribute(f"{class_name}.{old}", f"{class_name}.{new}", new))
+        for old, (new, read) in MOVED_ATTRIBUTES.get(target, {}).items():
+            setattr(cls, old, _moved_attribute(f"{class_name}.{old}", new, read))
         for method, translate in OLD_CALLS.get(target, {}).items():
             setattr(cls, method, translate(getattr(cls, method)))
 
 
-def _moved_attribute(old: str, new: str, attribute: str) -> property:
-    def read(self):
+def _moved_attribute(old: str, new: str, read) -> property:
+    def deprecated(self):
         warn_deprecated(old, new)
-        return getattr(self, attribute)
+        return read(self)
 
-    return property(read, doc=f"Deprecated name of {attribute}.")
+    return property(deprecated, doc=f"Deprecated: {new}.")
 
 
 class AfterImport(importlib.abc.MetaPathFinder):
@@ -146,6 +155,16 @@ class _ThenAddOldSpellings(importlib.abc.Loader):
 
 def _patched_modules() -> set[str]:
     return {target.rsplit(".", 1)[0] for target in (*MOVED_ATTRIBUTES, *OLD_CALLS)}
+
+
+def latent_layer_types(layer_types) -> list[str]:
+    """The layer types of a ModelConfig built with `mla` and "full_attention" layers, which in 0.2.0 were
+    latent attention: "latent_attention" now (files written that way are read so without a warning:
+    attnres.residual.legacy)."""
+    warn_deprecated("ModelConfig(mla=..., layer_types=[..., 'full_attention', ...]) for latent attention layers",
+                    "'latent_attention' (with mla set, 'full_attention' layers are latent until 0.4.0)",
+                    stacklevel=6)  # the user's line, above ModelConfig's __init__ and its checks
+    return ["latent_attention" if t == "full_attention" else t for t in layer_types]
 
 
 def warn_deprecated(old: str, new: str, stacklevel: int = 3) -> None:

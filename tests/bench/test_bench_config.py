@@ -288,7 +288,7 @@ def test_kimi_linear_preset_benchmarks_kimi_linear_at_the_dense_active_width():
     assert kimi["moe"]["experts_per_token"] * kimi["moe"]["expert_size"] + kimi["moe"]["expert_size"] \
         == dense["intermediate_size"]  # 2 routed + 1 shared expert: the dense SwiGLU's width, active
     model = ModelConfig(vocab_size=256, hidden_size=256, num_layers=8, **kimi)
-    assert model.layer_types.count("full_attention") == 2 and model.moe.dense_layers == 1
+    assert model.layer_types.count("latent_attention") == 2 and model.moe.dense_layers == 1
     assert parameter_count(model).total > parameter_count(ModelConfig(vocab_size=256, hidden_size=256,
                                                                        num_layers=8, **dense)).total
     with pytest.raises(InputError, match=r"--architecture must be one of \['dense', 'kimi_linear'\]"):

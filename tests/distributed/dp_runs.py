@@ -35,7 +35,7 @@ KIMI = dict(moe={"num_experts": 4, "experts_per_token": 2, "expert_size": 16, "s
                  "scoring": "sigmoid", "score_bias": True},
             mla={"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 16},
             kda={"num_heads": 2, "head_dim": 8},
-            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])
+            layer_types=["linear_attention", "latent_attention", "linear_attention", "latent_attention"])
 MODELS = {
     "standard": dict(residual="standard", num_blocks=None),
     "routed": dict(residual="block_attnres", num_blocks=2),  # a replacement variant with a final router

@@ -78,7 +78,8 @@ def unchanged(root: Path):
 WORDS = ("standard", "block_attnres", "full_attnres", "delta_block", "delta_attnres", "mhc", "hyper_connections",
          "denseformer", "auto", "reference", "fused", "bf16", "fp32", "fp16", "cosine", "wsd", "ddp", "fsdp",
          "pipeline", "none", "demo", "bpe", "1e-3", "3.0e-4", "true", "null", "attnres", "llama", "qwen2",
-         "softmax", "sigmoid", "gate", "partial", "full_attention", "linear_attention", "normal", "zero", "")
+         "softmax", "sigmoid", "gate", "partial", "full_attention", "latent_attention", "linear_attention", "normal",
+         "zero", "")
 
 numbers = st.one_of(
     st.integers(min_value=-3, max_value=300),

@@ -37,7 +37,7 @@ MOE = {"num_experts": 8, "experts_per_token": 2, "expert_size": 16, "shared_expe
 MLA = {"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "q_lora_rank": 16}
 KDA = {"num_heads": 2, "head_dim": 8, "short_conv_kernel_size": 4}
 MODEL = {**RUN["model"], "moe": MOE, "mla": MLA, "kda": KDA,
-         "layer_types": ["linear_attention", "linear_attention", "linear_attention", "full_attention"] * 2}
+         "layer_types": ["linear_attention", "linear_attention", "linear_attention", "latent_attention"] * 2}
 HF_MODEL = ModelConfig.from_dict({**RUN["model"], "vocab_size": 512}).to_hf_dict()
 
 # `key=value` items: known and unknown keys, values as YAML text (or anything).

@@ -82,6 +82,11 @@ def logits(model, ids=IDS):
     return out.logits
 
 
+def kimi_spelling(layer_types) -> list[str]:
+    """attnres's layer types as Kimi Linear's config.json spells them: its latent attention is "full_attention"."""
+    return ["full_attention" if t == "latent_attention" else t for t in layer_types]
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_standard_conversion_equals_kimi_linear_in_float64(checkpoints, shape, monkeypatch):
     kimi_linear_in_float64(monkeypatch)
@@ -89,7 +94,7 @@ def test_standard_conversion_equals_kimi_linear_in_float64(checkpoints, shape, m
     model = convert_checkpoint(directory, dtype=torch.float64)
     config = model.config
     assert config.residual == "standard" and config.moe is not None and config.mla is not None
-    assert list(config.layer_types) == hf.config.layer_types
+    assert kimi_spelling(config.layer_types) == hf.config.layer_types
     expected, got = logits(float64_reference(hf)), logits(model)
     assert expected.std() > 0.5  # logits of realistic size: a wrong scale would show
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)
@@ -111,10 +116,10 @@ def test_function_preserving_variants_start_as_kimi_linear(checkpoints, residual
 def test_the_layer_pattern_and_experts_are_read_as_transformers_reads_them(checkpoints):
     for shape, (directory, hf) in checkpoints.items():
         config = convert_checkpoint(directory).config
-        assert list(config.layer_types) == hf.config.layer_types, shape
+        assert kimi_spelling(config.layer_types) == hf.config.layer_types, shape
         assert config.moe.dense_layers == hf.config.mlp_layer_types.count("dense"), shape
     grouped = convert_checkpoint(checkpoints["grouped"][0]).config
-    assert grouped.layer_types[4] == "full_attention" and grouped.layer_types.count("full_attention") == 1
+    assert grouped.layer_types[4] == "latent_attention" and grouped.layer_types.count("latent_attention") == 1
     assert grouped.mla.q_lora_rank == 12 and grouped.moe.num_groups == 2 and grouped.moe.routed_scale == 1.5
     kda = convert_checkpoint(checkpoints["checkpoint"][0]).config.kda
     assert (kda.num_heads, kda.head_dim, kda.short_conv_kernel_size) == (4, 4, 2)
@@ -127,13 +132,13 @@ def test_the_default_layer_patterns_are_transformers_and_the_checkpoints(layers)
     with `kda` and no layer_types takes the released checkpoints' (full_attn_layers 4, 8, ..., 1-based)."""
     reference = transformers.KimiLinearConfig(num_hidden_layers=layers).layer_types
     assert list(kimi_linear_layer_types(layers, KIMI_FIRST_FULL_TRANSFORMERS)) == reference
-    assert kimi_linear_fields({"num_hidden_layers": layers})["layer_types"] == reference
+    assert kimi_spelling(kimi_linear_fields({"num_hidden_layers": layers})["layer_types"]) == reference
     full = list(range(FULL_ATTENTION_EVERY, layers + 1, FULL_ATTENTION_EVERY))  # as a checkpoint lists them
     linear = {"full_attn_layers": full, "kda_layers": [n for n in range(1, layers + 1) if n not in full]}
     from_checkpoint = transformers.KimiLinearConfig(num_hidden_layers=layers, linear_attn_config=linear).layer_types
     assert list(default_layer_types(layers, linear=True)) == from_checkpoint
-    assert kimi_linear_fields({"num_hidden_layers": layers, "linear_attn_config": linear})["layer_types"] == \
-        from_checkpoint
+    assert kimi_spelling(kimi_linear_fields({"num_hidden_layers": layers, "linear_attn_config": linear})[
+        "layer_types"]) == from_checkpoint
     if layers >= FULL_ATTENTION_EVERY:  # transformers' default is the checkpoints' a layer later
         assert from_checkpoint != reference and reference[1:] == from_checkpoint[:-1]
 

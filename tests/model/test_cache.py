@@ -83,8 +83,8 @@ def test_the_cached_length_is_read_from_an_attention_layer_as_an_int():
 def test_a_kimi_linear_model_reads_its_cache_length_from_its_first_full_attention_layer():
     from tests.model.test_kimi_decoder import config_for
 
-    model = AttnResLM(config_for(layer_types=["linear_attention", "linear_attention", "full_attention",
-                                              "full_attention"])).eval()
+    model = AttnResLM(config_for(layer_types=["linear_attention", "linear_attention", "latent_attention",
+                                              "latent_attention"])).eval()
     assert model.first_attention_layer == 2
     cache, ids = KVCache(), torch.randint(0, 64, (2, 5))
     with torch.no_grad():

@@ -23,7 +23,7 @@ KIMI = dict(vocab_size=64, hidden_size=16, num_layers=4, num_heads=2, num_kv_hea
                  "scoring": "sigmoid", "score_bias": True, "routed_scale": 2.0},
             mla={"kv_lora_rank": 8, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4, "v_head_dim": 6},
             kda={"num_heads": 2, "head_dim": 4, "short_conv_kernel_size": 3},
-            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"])
+            layer_types=["linear_attention", "latent_attention", "linear_attention", "latent_attention"])
 
 
 def config_for(residual: str = "standard", **changes) -> ModelConfig:
@@ -36,7 +36,19 @@ def test_layer_types_choose_the_token_mixers():
     assert [type(layer.self_attn) for layer in model.layers] == [KimiDeltaAttention, LatentAttention] * 2
     assert default_layer_types(8, linear=True) == ("linear_attention",) * 3 + ("full_attention",) + \
         ("linear_attention",) * 3 + ("full_attention",)  # Kimi Linear's checkpoints: layers 4 and 8 full
-    assert config_for(layer_types=None).layer_types == ("linear_attention",) * 3 + ("full_attention",)
+    assert config_for(layer_types=None).layer_types == ("linear_attention",) * 3 + ("latent_attention",)
+    assert config_for(layer_types=None, kda=None).layer_types == ("latent_attention",) * 4  # mla alone: all latent
+    assert config_for(layer_types=None, mla=None).layer_types == ("linear_attention",) * 3 + ("full_attention",)
+
+
+def test_full_attention_layers_of_a_model_with_mla_are_latent_with_a_warning_until_0_4_0():
+    with pytest.warns(DeprecationWarning, match=r"ModelConfig\(mla=\.\.\., layer_types=\[\.\.\., 'full_attention', "
+                                                r"\.\.\.\]\) for latent attention layers is deprecated since attnres "
+                                                r"0\.3\.0 .*; use 'latent_attention'"):
+        old = config_for(layer_types=["linear_attention", "full_attention"] * 2)
+    assert old == config_for()
+    read = ModelConfig.from_dict({**config_for().to_dict(), "layer_types": ["linear_attention", "full_attention"] * 2})
+    assert read == config_for()  # a file written by 0.2.0 reads without a warning
 
 
 # The mixture of experts alone (dense layers of grouped-query attention), and all of Kimi Linear.
@@ -131,7 +143,8 @@ def test_flops_count_latent_and_delta_attention():
 @pytest.mark.parametrize("changes, message", [
     (dict(layer_types=["linear_attention"] * 4), "needs at least one layer that caches keys and values"),
     (dict(layer_types=["full_attention"] * 3), r"layer_types must be None or a list of num_layers=4"),
-    (dict(layer_types=["linear_attention", "full_attention"] * 2, kda=None), "ModelConfig.kda is None"),
+    (dict(layer_types=["linear_attention", "latent_attention"] * 2, kda=None), "ModelConfig.kda is None"),
+    (dict(layer_types=["linear_attention", "latent_attention"] * 2, mla=None), "ModelConfig.mla is None"),
     (dict(kda={"num_heads": 2, "head_dim": 0}), r"ModelConfig.kda: KDAConfig.head_dim must be a positive integer"),
     (dict(mla={"kv_lora_rank": 8}), r"ModelConfig.mla: .*qk_nope_head_dim"),
 ])

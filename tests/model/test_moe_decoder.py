@@ -9,7 +9,7 @@ from attnres import AttnResLM, ModelConfig
 from attnres.generation import FastGenerator
 from attnres.model import ConfigError
 from attnres.model.flops import flops_per_token
-from attnres.model.layers import MLP
+from attnres.model.mlp import MLP
 from attnres.model.moe import MixtureOfExperts
 from attnres.residual import VARIANTS
 from tests.helpers import options_of

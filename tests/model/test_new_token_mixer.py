@@ -1,20 +1,22 @@
-"""A new token mixer from one file: sliding-window attention and its row of the layer-type table.
+"""A new token mixer with options, from one file: sliding-window attention, its options and its row
+of the layer-type table.
 
 Nothing in attnres names it. This file registers it through the public table
 (`attnres.model.token_mixers.register_token_mixer`), and `ModelConfig.layer_types`, the decoder,
 training, the Hugging Face classes, the FLOPs count, cached decoding and a two-stage pipeline take
-it from there. docs/how-to/add-a-method.md walks through the same mixer.
+it from there. docs/how-to/add-a-method.md walks through a simpler one.
 
-Where the window lives: in the registered row (its builder passes WINDOW), not in ModelConfig, so a
-config (and a saved config.json) names only the layer type, "window_attention", and a process that
-loads such a model registers the same row first, as for a registered residual variant. The name is
-one of transformers' `layer_types` names, which its config classes check on save and load.
+Where the window lives: in the row's options (`WindowOptions`), given as
+`ModelConfig.mixer_options["window_attention"]`, validated when the config is built and saved with it
+in a config.json; a process that loads such a model registers the same row first, as for a
+registered residual variant.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -23,12 +25,28 @@ from attnres import AttnResLM, ModelConfig
 from attnres.common.errors import InputError
 from attnres.model import KVCache
 from attnres.model.model_config import LAYER_TYPES, ConfigError
-from attnres.model.layers import Attention
-from attnres.model.token_mixers import TOKEN_MIXERS, TokenMixerType, register_token_mixer, unregister_token_mixer
+from attnres.model.attention import Attention
+from attnres.model.token_mixers import (TOKEN_MIXERS, TokenMixerType, even_head_dim, register_token_mixer,
+                                        unregister_token_mixer)
 from tests.distributed.spawn import run_workers
 from tests.helpers import train_losses
 
-WINDOW = 3  # keys a query sees: itself and the WINDOW - 1 before it
+WINDOW = 3  # keys a query sees: itself and the WINDOW - 1 before it (the configs below)
+
+
+@dataclass(frozen=True)
+class WindowOptions:
+    """The options of "window_attention" layers."""
+
+    window: int = 4
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
+            raise InputError(f"WindowOptions.window must be a positive integer, got {self.window!r}")
+
+    @classmethod
+    def from_dict(cls, values: "WindowOptions | dict") -> "WindowOptions":
+        return values if isinstance(values, cls) else cls(**values)
 
 
 class SlidingWindowAttention(Attention):
@@ -61,12 +79,12 @@ class SlidingWindowAttention(Attention):
 
 
 def build_sliding_window(config: ModelConfig, index: int) -> SlidingWindowAttention:
-    return SlidingWindowAttention(config, WINDOW)
+    return SlidingWindowAttention(config, config.mixer_options["window_attention"].window)
 
 
-ROW = TokenMixerType("window_attention", build_sliding_window)
+ROW = TokenMixerType("window_attention", build_sliding_window, options=WindowOptions, check=even_head_dim)
 SHAPE = dict(vocab_size=64, hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64,
-             max_seq_len=32)
+             max_seq_len=32, mixer_options={"window_attention": {"window": WINDOW}})
 LAYERS = ["window_attention", "full_attention"]
 
 
@@ -103,6 +121,22 @@ def test_the_layer_type_is_allowed_once_registered_and_builds_its_mixer():
     assert "window_attention" not in LAYER_TYPES
 
 
+def test_its_options_are_checked_when_the_config_is_built_and_saved_with_it(sliding_window):
+    assert config().mixer_options == {"window_attention": WindowOptions(window=WINDOW)}
+    assert ModelConfig.from_dict(config().to_dict()) == config()
+    with pytest.raises(ConfigError, match=r"ModelConfig.mixer_options\['window_attention'\]: WindowOptions.window "
+                                          r"must be a positive integer, got 0"):
+        config(mixer_options={"window_attention": {"window": 0}})
+    with pytest.raises(ConfigError, match=r"has 'window_attention' layers but ModelConfig.mixer_options"
+                                          r"\['window_attention'\] is None"):
+        config(mixer_options=None)
+    with pytest.raises(ConfigError, match=r"ModelConfig.mixer_options must be None or a mapping of layer types with "
+                                          r"options of their own \(\['window_attention'\]\)"):
+        config(mixer_options={"full_attention": {}})
+    with pytest.raises(ConfigError, match="head_dim must be even"):  # the row's check: it rotates by RoPE
+        config(layer_types=["window_attention"] * 2, head_dim=5)
+
+
 def test_a_query_sees_only_its_window(sliding_window):
     torch.manual_seed(0)
     mixer = AttnResLM(config()).layers[0].self_attn
@@ -132,7 +166,7 @@ def test_its_flops_are_counted(sliding_window):
     from attnres.model.flops import flops_per_token
 
     counted = flops_per_token(config(), seq_len=32)
-    full = flops_per_token(config(layer_types=None), seq_len=32)
+    full = flops_per_token(config(layer_types=None, mixer_options=None), seq_len=32)
     heads, head_dim = 4, 8
     assert counted.attention == 4 * WINDOW * heads * head_dim + 4 * 32 * heads * head_dim
     assert full.forward - counted.forward == 4 * (32 - WINDOW) * heads * head_dim  # same projections
@@ -203,11 +237,12 @@ def test_a_model_of_window_layers_alone_is_allowed_its_cache_tells_the_length(sl
 def test_a_row_whose_module_keeps_another_cache_state_is_refused_when_built():
     from attnres.model.cache import RECURRENT_STATE
 
-    row = register_token_mixer(TokenMixerType("sliding_attention", build_sliding_window, cache_state=RECURRENT_STATE))
+    row = register_token_mixer(TokenMixerType("sliding_attention", lambda config, index: SlidingWindowAttention(
+        config, WINDOW), cache_state=RECURRENT_STATE))
     try:
         with pytest.raises(ConfigError, match="needs at least one layer that caches keys and values"):
-            config(layer_types=["sliding_attention"] * 2)
+            config(layer_types=["sliding_attention"] * 2, mixer_options=None)
         with pytest.raises(InputError, match="the row's cache_state 'recurrent'"):
-            AttnResLM(config(layer_types=["sliding_attention", "full_attention"]))
+            AttnResLM(config(layer_types=["sliding_attention", "full_attention"], mixer_options=None))
     finally:
         unregister_token_mixer(row.name)

@@ -9,34 +9,34 @@ from __future__ import annotations
 
 import torch
 
-from attnres.model import AttnResLM, MixtureOfExperts
+from attnres.model import AttnResLM
+from attnres.model.sublayer_protocols import FeedForward
 
 
 @torch.no_grad()
 def collect_expert_loads(model: AttnResLM, batches: list[torch.Tensor]) -> list[list[float]]:
-    """Per mixture-of-experts layer, in depth order, the share of assignments each expert received
-    over `batches` (each (B, T) token ids); [] for a model without experts. The model is left as found."""
-    layers = [m for m in model.modules() if isinstance(m, MixtureOfExperts)]
-    if not layers:
-        return []
-    counts = [torch.zeros(layer.config.num_experts, dtype=torch.long) for layer in layers]
-
-    def recorder(index: int):
-        def record(module, inputs, output) -> None:
-            counts[index] += torch.bincount(output[1].flatten().cpu(), minlength=len(counts[index]))
-        return record
-
-    handles = [layer.gate.register_forward_hook(recorder(i)) for i, layer in enumerate(layers)]
+    """Per feed-forward that counts loads (a mixture-of-experts layer), in depth order, the share of
+    assignments each expert received over `batches` (each (B, T) token ids); [] for a model without
+    experts. The model is left as found; loads counted and not yet taken before the call are dropped."""
+    feed_forwards = [m for m in model.modules() if isinstance(m, FeedForward)]
     was_training = model.training
     model.eval()
     try:
+        for feed_forward in feed_forwards:
+            feed_forward.count_loads(True)
+            feed_forward.after_step(_summed_here, rate=0.0)
         for batch in batches:
             model(batch)
+        loads = [feed_forward.after_step(_summed_here, rate=0.0) for feed_forward in feed_forwards]
     finally:
-        for handle in handles:
-            handle.remove()
+        for feed_forward in feed_forwards:
+            feed_forward.count_loads(False)
         model.train(was_training)
-    return [(c.double() / max(int(c.sum()), 1)).tolist() for c in counts]
+    return [(load / max(float(load.sum()), 1.0)).cpu().tolist() for load in loads if load is not None]
+
+
+def _summed_here(loads: torch.Tensor) -> torch.Tensor:
+    return loads  # one process: nothing to sum over
 
 
 def load_imbalance(loads: list[float]) -> float:

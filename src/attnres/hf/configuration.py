@@ -84,6 +84,14 @@ class AttnResConfig(_ModelFields):
             if hasattr(self, name):
                 delattr(self, name)
 
+    def validate(self) -> None:
+        """transformers' checks of a config, but for its check of `layer_types` against its own list:
+        attnres's layer types are its table's, which ModelConfig checks and a registered token mixer
+        extends ("latent_attention" is not in transformers' list)."""
+        for check in getattr(PreTrainedConfig, "__class_validators__", ()):
+            if check.__name__ != "validate_layer_type":
+                check(self)
+
     def to_model_config(self) -> ModelConfig:
         """The attnres ModelConfig (of `model_config_class`) these fields describe."""
         return self.model_config_class.from_hf_dict(self.to_dict())

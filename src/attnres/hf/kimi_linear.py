@@ -112,19 +112,20 @@ def _moe(hf_config: dict, layers: int) -> dict:
 def _layer_types(hf_config: dict, linear: dict, layers: int) -> list[str]:
     """Each layer's token mixer, as transformers' KimiLinearConfig decides it: `layer_types`, else the
     checkpoint's 1-based full_attn_layers / kda_layers, else its default (layers 4, 8, ... counting from
-    0 full: `KIMI_FIRST_FULL_TRANSFORMERS`, not ModelConfig's own default for `kda`)."""
+    0 full: `KIMI_FIRST_FULL_TRANSFORMERS`, not ModelConfig's own default for `kda`). Its
+    "full_attention" layers are latent attention: "latent_attention" in attnres."""
     if per_layer_list(hf_config, "layer_types") is not None:
-        return list(hf_config["layer_types"])
+        return ["latent_attention" if kind == "full_attention" else kind for kind in hf_config["layer_types"]]
     if "full_attn_layers" in linear and "kda_layers" in linear:
         types = [None] * layers
-        for key, kind in (("full_attn_layers", "full_attention"), ("kda_layers", "linear_attention")):
+        for key, kind in (("full_attn_layers", "latent_attention"), ("kda_layers", "linear_attention")):
             for number in linear[key]:
                 if not (isinstance(number, int) and 1 <= number <= layers):
                     raise ConversionError(f"{MODEL_TYPE}: linear_attn_config.{key} holds {number!r}; layers are "
                                           f"numbered from 1 to num_hidden_layers={layers}")
                 types[number - 1] = kind
         return types
-    return list(kimi_linear_layer_types(layers, KIMI_FIRST_FULL_TRANSFORMERS))
+    return list(kimi_linear_layer_types(layers, KIMI_FIRST_FULL_TRANSFORMERS, "latent_attention"))
 
 
 _FORGET_GATE = re.compile(r"(.*\.self_attn\.)(f_a_proj\.weight|f_b_proj\.weight|dt_bias|A_log)")

@@ -7,7 +7,8 @@ from attnres.model.decoder import AttnResLM, CausalLMOutput, next_token_loss
 from attnres.model.init_weights import init_module
 from attnres.model.moe import MixtureOfExperts
 from attnres.model.moe_config import MoEConfig
+from attnres.model.sublayer_protocols import FeedForward, TokenMixer
 
-__all__ = ["RESIDUALS", "AttnResLM", "KVCache", "CausalLMOutput", "ConfigError", "KDAConfig", "MLAConfig",
-           "MixtureOfExperts", "ModelConfig", "MoEConfig", "StaticKVCache", "init_module", "next_token_loss",
+__all__ = ["RESIDUALS", "AttnResLM", "KVCache", "CausalLMOutput", "ConfigError", "FeedForward", "KDAConfig",
+           "MLAConfig", "MixtureOfExperts", "ModelConfig", "MoEConfig", "StaticKVCache", "TokenMixer", "init_module", "next_token_loss",
            "valid_num_blocks"]

@@ -32,7 +32,6 @@ from torch import nn
 from attnres.common.errors import InputError
 from attnres.model.model_config import ModelConfig
 from attnres.model.decoder import AttnResLM
-from attnres.model.moe import MixtureOfExperts
 
 TRAINING_MULTIPLIER = 3  # forward + backward (input and weight gradients)
 
@@ -75,10 +74,8 @@ class FlopsPerToken:
 
 
 def _linear_flops(module: nn.Module) -> int:
-    """2 in x out per token for every nn.Linear inside `module` (bias adds are not counted), plus a
-    mixture of experts' router and the k experts a token is routed to (active parameters only)."""
-    return sum(2 * m.in_features * m.out_features if isinstance(m, nn.Linear) else m.routed_flops_per_token()
-               for m in module.modules() if isinstance(m, (nn.Linear, MixtureOfExperts)))
+    """2 in x out per token for every nn.Linear inside `module` (bias adds are not counted)."""
+    return sum(2 * m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
 
 
 def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPerToken:
@@ -101,7 +98,7 @@ def flops_per_token(config: ModelConfig, seq_len: int | None = None) -> FlopsPer
         cost = mixer.flops_per_token(len(names))
         matmul, vector = matmul + cost.matmul, vector + cost.vector
     return FlopsPerToken(
-        linear=sum(_linear_flops(layer) for layer in model.layers),
+        linear=sum(_linear_flops(layer.self_attn) + layer.mlp.flops_per_token() for layer in model.layers),
         attention=sum(layer.self_attn.flops_per_token(seq_len) for layer in model.layers),
         head=2 * config.hidden_size * config.vocab_size,
         mixing_matmul=matmul, mixing_vector=vector)

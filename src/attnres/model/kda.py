@@ -32,7 +32,7 @@ from torch import nn
 from attnres.common.checks import check_int
 from attnres.model.attention_config import KDAConfig
 from attnres.model.cache import RECURRENT_STATE, linear_states
-from attnres.model.token_mixers import TokenMixer
+from attnres.model.sublayer_protocols import TokenMixer
 from attnres.norm import RMSNorm, unit_rms
 
 # The chunk's (C, C, dk) decay tensors dominate a layer's time and memory and grow with C; fewer,

@@ -20,7 +20,7 @@ from torch import nn
 
 from attnres.common.checks import check_int
 from attnres.model.attention_config import MLAConfig
-from attnres.model.token_mixers import TokenMixer
+from attnres.model.sublayer_protocols import TokenMixer
 from attnres.norm import RMSNorm
 
 

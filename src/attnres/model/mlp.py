@@ -6,8 +6,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnres.model.sublayer_protocols import FeedForward
 
-class MLP(nn.Module):
+
+class MLP(FeedForward):
     """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
 
     def __init__(self, hidden_size: int, intermediate_size: int) -> None:
@@ -19,3 +21,7 @@ class MLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, D) -> (B, T, D)."""
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    def flops_per_token(self) -> int:
+        """2 in x out per token for each of its three projections: 2 x 3 D F."""
+        return 2 * 3 * self.gate_proj.in_features * self.gate_proj.out_features

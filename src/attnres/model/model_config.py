@@ -6,16 +6,18 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from attnres.common.checks import check_bool, check_int, check_positive_number, divisors_hint, required_fields
 from attnres.common.errors import InputError
+from attnres import compat
 from attnres.model.attention_config import KDAConfig, MLAConfig
-from attnres.model.moe_config import MoEConfig
 from attnres.model.cache import KV_STATE
+from attnres.model.feed_forwards import FEED_FORWARDS, feed_forward_type
+from attnres.model.moe_config import MoEConfig
 from attnres.model.token_mixers import TOKEN_MIXERS
 from attnres.residual import VARIANTS, VariantOptions, resolve_options, valid_num_blocks, variant_label
 from attnres.residual.legacy import upgrade_model_fields
 
-# What a layer's token mixer is: a name of the layer-type table (attnres.model.token_mixers, whose
-# built-in rows are transformers' `layer_types` names): softmax attention over the sequence
-# (grouped-query, or latent with `mla`), Kimi Delta Attention (needs `kda`), or a registered one.
+# What a layer's token mixer is: a name of the layer-type table (attnres.model.token_mixers): softmax
+# attention over the sequence (grouped-query, or latent with `mla`), Kimi Delta Attention (with
+# `kda`), or a registered one.
 LAYER_TYPES = TOKEN_MIXERS
 MAX_LAYERS = 4096  # far deeper than any model trained (a few hundred layers); the checks are linear in depth
 FULL_ATTENTION_EVERY = 4  # Kimi Linear's 3:1 pattern: every 4th layer full attention, the rest linear
@@ -27,19 +29,21 @@ KIMI_FIRST_FULL_ATTNRES = 3
 KIMI_FIRST_FULL_TRANSFORMERS = 4
 
 
-def kimi_linear_layer_types(num_layers: int, first_full: int) -> tuple[str, ...]:
-    """Kimi Linear's 3:1 pattern over `num_layers` layers: full attention at 0-based layers
+def kimi_linear_layer_types(num_layers: int, first_full: int, full: str = "full_attention") -> tuple[str, ...]:
+    """Kimi Linear's 3:1 pattern over `num_layers` layers: `full` (softmax attention) at 0-based layers
     first_full, first_full + FULL_ATTENTION_EVERY, ..., linear attention elsewhere."""
-    return tuple("full_attention" if i >= first_full and (i - first_full) % FULL_ATTENTION_EVERY == 0
+    return tuple(full if i >= first_full and (i - first_full) % FULL_ATTENTION_EVERY == 0
                  else "linear_attention" for i in range(num_layers))
 
 
-def default_layer_types(num_layers: int, linear: bool) -> tuple[str, ...]:
-    """Every layer full attention; with `linear`, Kimi Linear's 3:1 pattern (every 4th layer full,
-    counting from 1, the rest linear: `full_attn_layers` 4, 8, ... of its checkpoints)."""
+def default_layer_types(num_layers: int, linear: bool, latent: bool = False) -> tuple[str, ...]:
+    """Every layer softmax attention, latent with `latent`; with `linear`, Kimi Linear's 3:1 pattern
+    (every 4th layer softmax attention, counting from 1, the rest linear: `full_attn_layers` 4, 8, ...
+    of its checkpoints)."""
+    full = "latent_attention" if latent else "full_attention"
     if not linear:
-        return ("full_attention",) * num_layers
-    return kimi_linear_layer_types(num_layers, KIMI_FIRST_FULL_ATTNRES)
+        return (full,) * num_layers
+    return kimi_linear_layer_types(num_layers, KIMI_FIRST_FULL_ATTNRES, full)
 
 
 # The built-in residual variants (the variant table at import); `attnres.residual.VARIANTS` also
@@ -79,10 +83,12 @@ class ModelConfig:
     stored as the object. Block AttnRes and Delta Block need `num_blocks`.
     `moe`: a mixture-of-experts feed-forward (`attnres.model.moe_config.MoEConfig`, or a dict of
     its fields) in every layer from `moe.dense_layers` on; None: the dense SwiGLU everywhere.
-    Kimi Linear's token mixers (`attnres.model.attention_config`): `mla` makes every full-attention
-    layer multi-head latent attention (None: grouped-query attention); `kda` gives the
-    "linear_attention" layers Kimi Delta Attention. `layer_types`: one of LAYER_TYPES per layer;
-    None: all full attention, or with `kda` every 4th layer full (`default_layer_types`).
+    `layer_types`: one name of the layer-type table (LAYER_TYPES) per layer; None: every layer
+    "full_attention" (grouped-query), or the default of Kimi Linear's options (`default_layer_types`):
+    `mla` (`attnres.model.attention_config.MLAConfig`), the options of "latent_attention" layers,
+    makes every softmax-attention layer latent, and `kda` (`KDAConfig`), those of "linear_attention"
+    (Kimi Delta Attention), gives every 4th layer softmax attention and the rest linear.
+    `mixer_options`: {layer type: its options} for a registered layer type with options of its own.
     `head_dim=None` means hidden_size // num_heads. `qk_norm` (per-head RMSNorm on queries and
     keys) is Qwen3's; Llama and Mistral have none. `attention_bias` adds q/k/v biases (Qwen2).
     How routing is computed (the routing implementation and chunk size) is not part of the model:
@@ -102,6 +108,7 @@ class ModelConfig:
     mla: MLAConfig | dict | None = hf_field(default=None, hf_type="dict | None")
     kda: KDAConfig | dict | None = hf_field(default=None, hf_type="dict | None")
     layer_types: tuple[str, ...] | list | None = hf_field(default=None, hf_type="list[str] | None")
+    mixer_options: dict | None = hf_field(default=None, hf_type="dict | None")
     residual: str = "standard"
     residual_options: VariantOptions | dict | None = hf_field(default=None, hf_type="dict | None")
     tie_embeddings: bool = hf_field("tie_word_embeddings", default=True)
@@ -125,8 +132,6 @@ class ModelConfig:
                     f"num_heads={self.num_heads}; give head_dim explicitly (a positive even integer)")
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_heads)
         check_int(self.head_dim, "ModelConfig.head_dim", error=ConfigError)
-        if self.head_dim % 2 and self.mla is None:  # latent attention encodes no position
-            raise ConfigError(f"ModelConfig.head_dim must be even (RoPE rotates pairs), got {self.head_dim}")
         if self.num_heads % self.num_kv_heads:
             raise ConfigError(
                 f"ModelConfig.num_kv_heads must divide num_heads={self.num_heads}; allowed values: "
@@ -135,41 +140,79 @@ class ModelConfig:
             check_positive_number(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
         for name in ("tie_embeddings", "qk_norm", "attention_bias"):
             check_bool(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
-        for name, kind in (("moe", MoEConfig), ("mla", MLAConfig), ("kda", KDAConfig)):
-            if getattr(self, name) is not None:
-                try:
-                    object.__setattr__(self, name, kind.from_dict(getattr(self, name)))
-                except InputError as error:
-                    raise ConfigError(f"ModelConfig.{name}: {error}") from None
-        if self.moe is not None and self.moe.dense_layers > self.num_layers:
-            raise ConfigError(f"ModelConfig.moe: dense_layers must be from 0 to num_layers={self.num_layers}, "
-                              f"got {self.moe.dense_layers}")
-        self._check_layer_types()
+        self._check_sublayers()
         options = resolve_options(self.residual, self.residual_options, self.num_layers, prefix="ModelConfig.",
                                   error=ConfigError)
         object.__setattr__(self, "residual_options", options)
 
+    def _check_sublayers(self) -> None:
+        """Each sub-layer row's options typed (its own field, or `mixer_options`), the layer types
+        resolved, and the rows in use (or given options) checked."""
+        rows = [*TOKEN_MIXERS.values(), *FEED_FORWARDS.values()]
+        for row in rows:
+            if row.config_field is not None and getattr(self, row.config_field) is not None:
+                object.__setattr__(self, row.config_field, self._typed(row, getattr(self, row.config_field),
+                                                                       row.config_field))
+        self._check_mixer_options()
+        self._check_layer_types()
+        used = {self.layer_type(i) for i in range(self.num_layers)}
+        for name in sorted(used):
+            row = TOKEN_MIXERS[name]
+            if row.options is not None and self.sublayer_options(name) is None:
+                where = row.config_field or f"mixer_options[{name!r}]"
+                raise ConfigError(f"ModelConfig.layer_types has {name!r} layers but ModelConfig.{where} is None; "
+                                  f"give {where} or use other layer types")
+        used |= {feed_forward_type(self, i) for i in range(self.num_layers)}
+        for row in rows:
+            given = row.config_field is not None and getattr(self, row.config_field) is not None
+            problem = row.check(self) if row.check is not None and (row.name in used or given) else None
+            if problem:
+                raise ConfigError(problem)
+
+    @staticmethod
+    def _typed(row, value, where: str):
+        try:
+            return row.options.from_dict(value)
+        except InputError as error:
+            raise ConfigError(f"ModelConfig.{where}: {error}") from None
+
+    def _check_mixer_options(self) -> None:
+        if self.mixer_options is None:
+            return
+        own = [name for name, row in TOKEN_MIXERS.items() if row.options is not None and row.config_field is None]
+        if not isinstance(self.mixer_options, dict) or any(name not in own for name in self.mixer_options):
+            raise ConfigError(f"ModelConfig.mixer_options must be None or a mapping of layer types with options "
+                              f"of their own ({own}) to those options, got {self.mixer_options!r}")
+        object.__setattr__(self, "mixer_options", {
+            name: self._typed(TOKEN_MIXERS[name], value, f"mixer_options[{name!r}]")
+            for name, value in self.mixer_options.items()})
+
     def _check_layer_types(self) -> None:
         if self.layer_types is None:
-            if self.kda is not None:
-                object.__setattr__(self, "layer_types", default_layer_types(self.num_layers, linear=True))
+            if self.kda is not None or self.mla is not None:
+                object.__setattr__(self, "layer_types", default_layer_types(
+                    self.num_layers, linear=self.kda is not None, latent=self.mla is not None))
             return
         types = self.layer_types
         if not isinstance(types, (list, tuple)) or len(types) != self.num_layers or any(
                 not isinstance(t, str) or t not in LAYER_TYPES for t in types):
             raise ConfigError(f"ModelConfig.layer_types must be None or a list of num_layers={self.num_layers} values "
                               f"from {list(LAYER_TYPES)}, got {types!r}")
-        rows = [LAYER_TYPES[t] for t in dict.fromkeys(types)]
-        if all(row.cache_state != KV_STATE for row in rows):
+        if self.mla is not None and "full_attention" in types:  # 0.2.0: with mla, these were latent
+            types = compat.latent_layer_types(types)
+        if all(LAYER_TYPES[t].cache_state != KV_STATE for t in types):
             keeping = [name for name, row in LAYER_TYPES.items() if row.cache_state == KV_STATE]
             raise ConfigError(f"ModelConfig.layer_types needs at least one layer that caches keys and values "
                               f"({keeping}): caches (attnres's and transformers') count the positions seen in them")
-        for row in rows:
-            missing = [name for name in row.requires if getattr(self, name) is None]
-            if missing:
-                raise ConfigError(f"ModelConfig.layer_types has {row.name!r} layers but ModelConfig.{missing[0]} is None; "
-                                  f"give {missing[0]} or use other layer types")
         object.__setattr__(self, "layer_types", tuple(types))
+
+    def sublayer_options(self, name: str):
+        """The options of layer type or feed-forward `name` (its own field, or `mixer_options[name]`); None
+        where not given."""
+        row = TOKEN_MIXERS.get(name) or FEED_FORWARDS[name]
+        if row.config_field is not None:
+            return getattr(self, row.config_field)
+        return (self.mixer_options or {}).get(name)
 
     def layer_type(self, index: int) -> str:
         """Layer `index`'s token mixer: a name of LAYER_TYPES ("full_attention", "linear_attention", ...)."""

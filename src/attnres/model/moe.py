@@ -36,6 +36,7 @@ from torch import nn
 
 from attnres.model.mlp import MLP
 from attnres.model.moe_config import MoEConfig
+from attnres.model.sublayer_protocols import FeedForward
 
 
 class ExpertRouter(nn.Module):
@@ -47,8 +48,25 @@ class ExpertRouter(nn.Module):
         self.weight = nn.Parameter(torch.empty(config.num_experts, hidden_size))
         self.register_buffer("score_bias", torch.zeros(config.num_experts) if config.score_bias else None)
         # Assignments per expert since the last bias update (attnres.model.moe_balance), counted in
-        # training only. A plain attribute, not a buffer: never saved, never on a meta device.
+        # training, or while `counting` (attnres.analysis.expert_load). Plain attributes, not buffers:
+        # never saved, never on a meta device.
         self.step_loads: torch.Tensor | None = None
+        self.counting = False
+
+    def take_loads(self) -> torch.Tensor:
+        """The assignments counted since the last call, (E,) float64 on the weight's device (zeros where
+        it did not run, e.g. in another pipeline stage); the count starts again from zero."""
+        loads, self.step_loads = self.step_loads, None
+        if loads is None:
+            return torch.zeros(self.weight.shape[0], dtype=torch.float64, device=self.weight.device)
+        return loads.to(self.weight.device)
+
+    @torch.no_grad()
+    def update_bias(self, loads: torch.Tensor, rate: float) -> None:
+        """DeepSeek-V3's update (attnres.model.moe_balance): b += rate * sign(mean(load) - load), for a
+        router with a bias whose (E,) `loads`, summed over ranks, hold assignments; rate 0 changes nothing."""
+        if rate and self.score_bias is not None and loads.sum() > 0:
+            self.score_bias.add_((rate * torch.sign(loads.mean() - loads)).to(self.score_bias.dtype))
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x (N, D) -> (weights (N, k) in x's dtype, experts (N, k) long, scores (N, E) fp32 or wider)."""
@@ -68,7 +86,7 @@ class ExpertRouter(nn.Module):
             eligible = torch.zeros_like(group_score, dtype=torch.bool).scatter_(1, kept, True)
             choice = grouped.masked_fill(~eligible[..., None], -math.inf).flatten(1)
         experts = choice.topk(c.experts_per_token, dim=-1, sorted=not deepseek).indices
-        if self.training:
+        if self.training or self.counting:
             counts = torch.zeros(c.num_experts, dtype=torch.float64, device=experts.device)
             counts.index_add_(0, experts.flatten(), torch.ones(experts.numel(), dtype=counts.dtype,
                                                                 device=experts.device))
@@ -110,7 +128,7 @@ class RoutedExperts(nn.Module):
         return torch.zeros_like(x).index_add_(0, rows, scaled)
 
 
-class MixtureOfExperts(nn.Module):
+class MixtureOfExperts(FeedForward):
     """The MoE feed-forward (module doc): (B, T, D) -> (B, T, D). Parameter names as transformers'
     Kimi Linear: gate (the router), experts, shared_experts (a SwiGLU `MLP`, when configured)."""
 
@@ -129,11 +147,23 @@ class MixtureOfExperts(nn.Module):
         out = self.experts(flat, experts, weights).view_as(x)
         return out if self.shared_experts is None else out + self.shared_experts(x)
 
-    def routed_flops_per_token(self) -> int:
-        """Forward FLOPs per token of the router and the k routed experts (the shared ones are
-        nn.Linear modules, counted with the others): 2 D E + k x 2 x 3 D F."""
+    def flops_per_token(self) -> int:
+        """Forward FLOPs per token of the router, the k routed experts and the shared ones:
+        2 D E + k x 2 x 3 D F + the shared SwiGLU's."""
         experts, hidden, width = self.experts.down_proj.shape  # (E, D, F)
-        return 2 * hidden * experts + self.config.experts_per_token * 2 * 3 * hidden * width
+        shared = 0 if self.shared_experts is None else self.shared_experts.flops_per_token()
+        return 2 * hidden * experts + self.config.experts_per_token * 2 * 3 * hidden * width + shared
+
+    def count_loads(self, on: bool) -> None:
+        """Count the assignments outside training too (on) or in training only."""
+        self.gate.counting = on
+
+    def after_step(self, reduce, rate: float) -> torch.Tensor:
+        """The step's assignments per expert (E,), summed over ranks by `reduce`, and the score bias
+        moved towards balance by them (attnres.model.moe_balance)."""
+        loads = reduce(self.gate.take_loads())
+        self.gate.update_bias(loads, rate)
+        return loads
 
     def reset_parameters(self, std: float) -> None:
         """Router and routed experts N(0, std), the score bias zero (the shared experts are

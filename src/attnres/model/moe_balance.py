@@ -31,28 +31,16 @@ def expert_routers(model: nn.Module) -> list[ExpertRouter]:
 
 def take_step_loads(routers: list[ExpertRouter]) -> torch.Tensor:
     """The assignments each router counted since the last call, (R, E) float64 on the routers' device
-    (a router that did not run on this rank, e.g. in another pipeline stage, gives zeros); the counts
-    start again from zero."""
+    (`ExpertRouter.take_loads`); the counts start again from zero."""
     if not routers:
         return torch.zeros(0, 0, dtype=torch.float64)
-    device = routers[0].weight.device
-    rows = []
-    for router in routers:
-        loads = router.step_loads
-        rows.append(torch.zeros(router.weight.shape[0], dtype=torch.float64, device=device)
-                    if loads is None else loads.to(device))
-        router.step_loads = None
-    return torch.stack(rows)
+    return torch.stack([router.take_loads().to(routers[0].weight.device) for router in routers])
 
 
-@torch.no_grad()
 def update_score_bias(routers: list[ExpertRouter], loads: torch.Tensor, rate: float) -> None:
-    """b += rate * sign(mean(load) - load) for each router with a bias and assignments (module doc);
-    loads (R, E) as from `take_step_loads`, summed over ranks. rate 0 changes nothing."""
+    """`ExpertRouter.update_bias` of each router with its row of `loads` (R, E), summed over ranks."""
     for router, load in zip(routers, loads, strict=True):
-        if rate and router.score_bias is not None and load.sum() > 0:
-            step = rate * torch.sign(load.mean() - load)
-            router.score_bias.add_(step.to(router.score_bias.dtype))
+        router.update_bias(load, rate)
 
 
 __all__ = ["expert_routers", "take_step_loads", "update_score_bias"]

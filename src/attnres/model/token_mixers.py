@@ -1,124 +1,69 @@
-"""The token-mixing protocol and the table of layer types: what the decoder needs of the module that
-mixes a layer's positions (attention), and which module each `ModelConfig.layer_types` name builds.
+"""The table of layer types: which token mixer (attnres.model.sublayer_protocols.TokenMixer) each name
+of `ModelConfig.layer_types` builds, with its options. The built-in rows are registered here, so the
+table is complete wherever it is imported:
 
-A decoder layer calls its token mixer the same way whatever it is:
+- "full_attention": grouped-query attention (attnres.model.attention);
+- "latent_attention": multi-head latent attention (attnres.model.mla), options `MLAConfig` in
+  `ModelConfig.mla`; Kimi Linear's config.json calls these layers "full_attention", and conversion
+  maps them here;
+- "linear_attention": Kimi Delta Attention (attnres.model.kda), options `KDAConfig` in `ModelConfig.kda`.
 
-    delta = mixer(x, rope, cache, layer_idx, mask, real)
-    # x (B, T, D) -> (B, T, D); rope: (cos, sin) of the T new positions; cache: None or the model's
-    # cache; mask: None (causal) or a boolean attention mask over cached + new positions; real: None
-    # or (B, T) bool, the new positions that are real tokens (a padded batch)
-
-and a mixer ignores what it does not need (latent attention encodes no position, Kimi Delta
-Attention zeroes pads instead of masking). A token mixer subclasses `TokenMixer` and states:
-
-- `cache_state`: what it keeps in a cache, `KV_STATE` (keys and values per position, written with
-  `cache.update(a, b, layer_idx)`: the cache grows with the sequence, and its length is read from
-  such a layer) or `RECURRENT_STATE` (a fixed-size state, `cache.linear_state(layer_idx)` /
-  `cache.set_linear_state(...)`). Caches (attnres.model.cache) allocate each on a layer's first call.
-- `flops_per_token(seq_len)`: forward FLOPs per token of its mixing over positions on sequences of
-  seq_len tokens; its projections are nn.Linear modules, counted apart (attnres.model.flops).
-- `decode_cache_bytes(cache, layer_idx)`: the bytes of `cache` one decode step of it reads
-  (attnres.generation.memory_traffic).
-- `cache_bytes(batch, positions, dtype)`: the bytes its cache would hold for `batch` rows at a
-  capacity of `positions`, before any is allocated (attnres.model.memory_need); None where unknown.
-- `not_compiled`: None where `attnres.generation.fast_generator` compiles its decode step; else what to call
-  it in the message saying that step is not compiled yet.
-- its initialisation: `attnres.model.init_weights.init_module` reaches each of its sub-modules (linear
-  weights N(0, std), norm gains 1, ...) and calls the mixer's own `reset_parameters()` for the
-  parameters it holds directly (none, for the built-in mixers); a sub-module with a rule of its own
-  declares `own_init = True` and is reset by its `reset_parameters()` in module order.
-
-`TOKEN_MIXERS` maps a layer type to its row (`TokenMixerType`): the name, the builder that makes
-the module from the model's config and the layer's index, the cache state its mixers keep and the
-config fields it needs. The builder decides what to build (the
-"full_attention" row builds latent attention where `config.mla` is set). The built-in rows,
-"full_attention" and "linear_attention", are registered beside the decoder layer
-(attnres.model.layers); `register_token_mixer` adds one, and `ModelConfig.layer_types` accepts
-every name in the table.
+`register_token_mixer` adds a row; a mixer with options of its own names their class, and
+`ModelConfig.mixer_options[name]` holds them (docs/how-to/add-a-method.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
-
-import torch
-from torch import nn
 
 from attnres.common.errors import InputError
 from attnres.common.registry import Registry
-from attnres.model.cache import KV_STATE, RECURRENT_STATE
-
-CACHE_STATES = (KV_STATE, RECURRENT_STATE)
-
-
-class TokenMixer(nn.Module):
-    """Base class of token mixers; see the module docstring for the contract."""
-
-    cache_state: ClassVar[str] = KV_STATE
-    not_compiled: ClassVar[str | None] = None
-    own_init: ClassVar[bool] = True  # init_module calls reset_parameters() (a no-op unless overridden)
-
-    def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None = None, cache=None,
-                layer_idx: int = 0, mask: torch.Tensor | None = None,
-                real: torch.Tensor | None = None) -> torch.Tensor:
-        """x (B, T, D) -> (B, T, D); the other arguments as in the module docstring."""
-        raise NotImplementedError
-
-    def reset_parameters(self) -> None:
-        """Initialise the parameters held by the mixer itself (its sub-modules are reached one by one)."""
-
-    def flops_per_token(self, seq_len: int) -> int:
-        """Forward FLOPs per token of mixing over positions, on sequences of `seq_len` tokens."""
-        raise NotImplementedError(f"{type(self).__name__} does not state its FLOPs (flops_per_token)")
-
-    def cache_bytes(self, batch: int, positions: int, dtype: torch.dtype) -> int | None:
-        """Bytes of this layer's cache for `batch` rows at a capacity of `positions`, with keys and values
-        in `dtype` (the layer's output dtype); None where the mixer does not state it."""
-        return None
-
-    def decode_cache_bytes(self, cache, layer_idx: int) -> int:
-        """Bytes of an attnres cache (KVCache, StaticKVCache) read by one decode step of layer
-        `layer_idx`: its key and value buffers whole (a static cache's masked attention reads every
-        column), or its recurrent states once."""
-        if self.cache_state == KV_STATE:
-            held = [store[layer_idx] for store in (cache.keys, cache.values) if layer_idx in store]
-        else:
-            held = list(cache.linear.get(layer_idx, ()))
-        return sum(t.numel() * t.element_size() for t in held)
+from attnres.model.attention import Attention
+from attnres.model.attention_config import KDAConfig, MLAConfig
+from attnres.model.kda import KimiDeltaAttention
+from attnres.model.mla import LatentAttention
+from attnres.model.sublayer_protocols import CACHE_STATES, KV_STATE, RECURRENT_STATE, TokenMixer
 
 
 @dataclass(frozen=True)
 class TokenMixerType:
     """A row of the layer-type table.
 
-    name:        the layer type, as `ModelConfig.layer_types` and a config.json spell it.
-    build:       (config, layer index) -> the layer's TokenMixer. Its options come from the config's
-                 fields (as `mla` and `kda` do) or from the row itself (e.g. a window size bound into
-                 the builder).
-    cache_state: the `cache_state` of the mixers it builds (checked when one is built), stated here
-                 so that ModelConfig can check a layer pattern without building it: a model needs at
-                 least one layer that caches keys and values, whose cache tells the sequence length.
-    requires:    names of ModelConfig fields that must be set for this layer type (KDA needs `kda`).
+    name:         the layer type, as `ModelConfig.layer_types` and a config.json spell it.
+    build:        (config, layer index) -> the layer's TokenMixer, reading its options from the config.
+    cache_state:  the `cache_state` of the mixers it builds (checked when one is built), stated here
+                  so that ModelConfig can check a layer pattern without building it: a model needs at
+                  least one layer that caches keys and values, whose cache tells the sequence length.
+    options:      the class of its options (a frozen dataclass with `from_dict(values)`), or None. A
+                  model with such layers must give them: in `ModelConfig.mixer_options[name]`, or in
+                  the ModelConfig field `config_field` (Kimi Linear's `mla` and `kda`, as its config.json
+                  names them).
+    check:        (config) -> None, or a message saying why the config cannot hold these layers (an odd
+                  head_dim for rotary attention).
     """
 
     name: str
     build: Callable[..., TokenMixer]
     cache_state: str = KV_STATE
-    requires: tuple[str, ...] = ()
+    options: type | None = None
+    config_field: str | None = None
+    check: Callable[..., str | None] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise InputError(f"TokenMixerType.name must be a non-empty string, got {self.name!r}")
-        if not callable(self.build):
-            raise InputError(f"TokenMixerType {self.name!r}: build must be callable, got {self.build!r}")
+        if not callable(self.build) or not (self.check is None or callable(self.check)):
+            raise InputError(f"TokenMixerType {self.name!r}: build and check must be callable, got {self.build!r}, "
+                             f"{self.check!r}")
         if self.cache_state not in CACHE_STATES:
             raise InputError(f"TokenMixerType {self.name!r}: cache_state must be one of {list(CACHE_STATES)}, "
                              f"got {self.cache_state!r}")
-        if not isinstance(self.requires, tuple) or not all(isinstance(f, str) for f in self.requires):
-            raise InputError(f"TokenMixerType {self.name!r}: requires must be a tuple of field names, "
-                             f"got {self.requires!r}")
+        if self.options is not None and not callable(getattr(self.options, "from_dict", None)):
+            raise InputError(f"TokenMixerType {self.name!r}: options must be a class with from_dict(values), "
+                             f"got {self.options!r}")
+        if self.config_field is not None and self.options is None:
+            raise InputError(f"TokenMixerType {self.name!r}: config_field needs options")
 
 
 TOKEN_MIXERS: Registry[TokenMixerType] = Registry("layer type")
@@ -144,5 +89,22 @@ def build_token_mixer(config, index: int) -> TokenMixer:
     return mixer
 
 
+def even_head_dim(config) -> str | None:
+    """The check of a rotary layer type: RoPE rotates pairs of head_dim channels."""
+    if config.head_dim % 2:
+        return f"ModelConfig.head_dim must be even (RoPE rotates pairs), got {config.head_dim}"
+    return None
+
+
+register_token_mixer(TokenMixerType("full_attention", lambda config, index: Attention(config), check=even_head_dim))
+# The latent norms keep their own eps of 1e-6 (LatentAttention's doc), not norm_eps.
+register_token_mixer(TokenMixerType(
+    "latent_attention", lambda config, index: LatentAttention(config.hidden_size, config.num_heads, config.mla,
+                                                              config.attention_bias),
+    options=MLAConfig, config_field="mla"))
+register_token_mixer(TokenMixerType(
+    "linear_attention", lambda config, index: KimiDeltaAttention(config.hidden_size, config.kda, config.norm_eps),
+    cache_state=RECURRENT_STATE, options=KDAConfig, config_field="kda"))
+
 __all__ = ["CACHE_STATES", "KV_STATE", "RECURRENT_STATE", "TOKEN_MIXERS", "TokenMixer", "TokenMixerType",
-           "build_token_mixer", "register_token_mixer", "unregister_token_mixer"]
+           "build_token_mixer", "even_head_dim", "register_token_mixer", "unregister_token_mixer"]

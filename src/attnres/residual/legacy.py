@@ -6,7 +6,8 @@ files written then still load: `upgrade_model_fields` moves each old field into 
 `residual_options` under its new name, drops a field that holds the value that meant "not set",
 and hands the run settings back separately (`routing_impl`, `routing_chunk_size`: a run uses them
 as its defaults; a loaded model ignores them). A field set to anything else for a variant without
-that option is an error naming the field and the variants that take it.
+that option is an error naming the field and the variants that take it. In 0.2.0 a model with `mla`
+called its latent attention layers "full_attention"; they read as "latent_attention".
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def upgrade_model_fields(values: dict, *, flat_options: bool = False, prefix: st
     pass through unchanged; an unknown residual is left for the config to report.
     """
     values = dict(values)
+    if values.get("mla") is not None and isinstance(values.get("layer_types"), (list, tuple)):
+        values["layer_types"] = ["latent_attention" if t == "full_attention" else t for t in values["layer_types"]]
     settings = {name: values.pop(name) for name in RUN_SETTINGS if name in values}
     settings = {name: value for name, value in settings.items() if value != RUN_SETTINGS[name]}
     residual = values.get("residual", "standard")

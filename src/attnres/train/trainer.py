@@ -42,7 +42,7 @@ from attnres.distributed.wrapper import ParallelModel
 from attnres.model import AttnResLM
 from attnres.model.flops import parameter_count
 from attnres.model.memory_need import FP32_BYTES, check_fits, training_state_bytes
-from attnres.model.moe_balance import expert_routers, take_step_loads, update_score_bias
+from attnres.model.sublayer_protocols import FeedForward
 from attnres.train.train_config import pipeline_setting_error, resolve_parallel
 from attnres.train.diagnostics import routing_diagnostics
 from attnres.train.evaluate import checkpoint_data_config, evaluate
@@ -149,8 +149,9 @@ class Trainer:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(self.run.to_dict(), sort_keys=False))
             self.data.tokenizer.save(self.run_dir / "tokenizer")
-        self.expert_routers = expert_routers(self.model)  # the MoE layers' expert routers, not depth mixers
-        take_step_loads(self.expert_routers)  # forget anything counted before training (e.g. a warm-up forward)
+        self.feed_forwards = [m for m in self.model.modules() if isinstance(m, FeedForward)]
+        for feed_forward in self.feed_forwards:  # forget anything counted before training (e.g. a warm-up forward)
+            feed_forward.after_step(lambda counted: counted, rate=0.0)
         self.optimizer = build_optimizer(self.model, self.cfg, only=self.parallel.trained_parameter_names())
         self.scheduler = build_scheduler(self.optimizer, self.cfg)
         if self.cfg.warmup_steps > self.cfg.steps and self.main:
@@ -303,15 +304,13 @@ class Trainer:
         return record
 
     def _balance_experts(self) -> dict:
-        """After an update: the step's expert loads summed over ranks (every rank takes part, whatever
-        its pipeline stage), the score biases moved towards balance (attnres.model.moe_balance), and
-        the step's imbalance per MoE layer and its largest, for the metrics; {} without experts."""
-        if not self.expert_routers:
-            return {}
-        loads = all_reduce_tensor_sum(take_step_loads(self.expert_routers))
-        update_score_bias(self.expert_routers, loads, self.cfg.expert_balance_rate)
-        imbalance = [load_imbalance(layer) for layer in loads.tolist()]
-        return {"moe/imbalance": imbalance, "moe/imbalance_max": max(imbalance)}
+        """After an update, each feed-forward's `after_step` (every rank takes part, whatever its pipeline
+        stage): a mixture of experts sums the step's expert loads over ranks and moves its score bias
+        towards balance (attnres.model.moe_balance); the step's imbalance per such layer and its
+        largest, for the metrics; {} where nothing is balanced."""
+        steps = [ff.after_step(all_reduce_tensor_sum, self.cfg.expert_balance_rate) for ff in self.feed_forwards]
+        imbalance = [load_imbalance(loads.tolist()) for loads in steps if loads is not None]
+        return {"moe/imbalance": imbalance, "moe/imbalance_max": max(imbalance)} if imbalance else {}
 
     def _at_intervals(self, record: dict) -> None:
         """Evaluate, diagnose, log and save where this step is due for them; a spike step is always logged,
