@@ -85,6 +85,22 @@ def test_trainer_routers_are_the_expert_routers_of_its_model_with_a_warning():
     assert routers == expert_routers(trainer.model) and len(routers) == 3
 
 
+def test_a_run_s_model_reads_as_the_dict_it_was_and_builds_its_config_with_a_warning():
+    from attnres.train import RunConfig
+
+    run = RunConfig.from_dict({"model": {**SHAPE, "residual": "block_attnres", "num_blocks": 2}})
+    with pytest.warns(DeprecationWarning, match=r"RunConfig.model as a dict \(__getitem__\) is deprecated since "
+                                                r"attnres 0\.3\.0 .*; use its fields as attributes"):
+        assert run.model["residual"] == "block_attnres"
+    with pytest.warns(DeprecationWarning, match=r"RunConfig.model as a dict \(get\)"):
+        assert run.model.get("num_layers") == 4 and run.model.get("nothing", 7) == 7
+    with pytest.warns(DeprecationWarning, match=r"RunConfig.model as a dict \((keys|__getitem__)\)"):
+        assert dict(run.model) == run.model.to_dict()
+    with pytest.warns(DeprecationWarning, match=r"RunConfig.build_model_config is deprecated since attnres 0\.3\.0 "
+                                                r".*; use run.model.with_vocab_size\(vocab_size\)"):
+        assert run.build_model_config(100) == run.model.with_vocab_size(100)
+
+
 @pytest.mark.parametrize("old_call", ["positional", "keywords", "padding_mask only"])
 def test_kimi_delta_attention_call_of_0_2_0_warns_and_gives_the_token_mixer_call(old_call):
     from attnres.model import KDAConfig, KVCache

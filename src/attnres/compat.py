@@ -4,8 +4,9 @@ A moved module still imports under its old name (`import attnres.train.config`):
 (`MovedModules`, the last finder on `sys.meta_path`) answers for it with a module whose every name is
 read from the new module with a DeprecationWarning naming it. A name that moved out of a package
 (`attnres.model.FastGenerator`) is served by that package's module `__getattr__`, set here. A renamed
-attribute (`Trainer.routers`) and an old call form (KimiDeltaAttention's) are added to their class once its
-module is executed (`AfterImport`). `install` runs once, from `attnres/__init__.py`; nothing else in the
+attribute (`Trainer.routers`), an old call form (KimiDeltaAttention's) and a 0.2.0 use of a value that
+changed type (`RunConfig.model` read as a dict) are added to their class once its module is executed
+(`AfterImport`). `install` runs once, from `attnres/__init__.py`; nothing else in the
 package mentions an old spelling.
 """
 
@@ -72,8 +73,28 @@ def _expert_routers(trainer):
 
 
 # "module.Class" -> {attribute removed in 0.3.0: (what to use instead, its value)}
-MOVED_ATTRIBUTES = {"attnres.train.trainer.Trainer": {
-    "routers": ("attnres.model.moe_balance.expert_routers(trainer.model)", _expert_routers)}}
+MOVED_ATTRIBUTES = {
+    "attnres.train.trainer.Trainer": {
+        "routers": ("attnres.model.moe_balance.expert_routers(trainer.model)", _expert_routers)},
+    "attnres.train.run_config.RunConfig": {
+        "build_model_config": ("run.model.with_vocab_size(vocab_size)", lambda run: run.model.with_vocab_size)},
+}
+
+
+def _as_mapping(name: str):
+    """A dict method on a ModelConfig: RunConfig.model was a dict of fields before 0.3.0."""
+
+    def method(self, *args):
+        warn_deprecated(f"RunConfig.model as a dict ({name})", "its fields as attributes (run.model.hidden_size) "
+                        "or run.model.to_dict()")
+        return getattr(self.to_dict(), name)(*args)
+
+    return method
+
+
+# "module.Class" -> {method added for a 0.2.0 use: the method}
+ADDED_METHODS = {"attnres.model.model_config.ModelConfig": {
+    name: _as_mapping(name) for name in ("__getitem__", "__contains__", "get", "keys", "items")}}
 
 
 def _kda_call_of_0_2_0(forward):
@@ -104,7 +125,7 @@ OLD_CALLS = {"attnres.model.kda.KimiDeltaAttention": {"forward": _kda_call_of_0_
 def _add_old_spellings(module) -> None:
     """Give the classes of `module` their renamed attributes (a property with a DeprecationWarning)
     and their methods' old call forms."""
-    for target in {*MOVED_ATTRIBUTES, *OLD_CALLS}:
+    for target in {*MOVED_ATTRIBUTES, *OLD_CALLS, *ADDED_METHODS}:
         module_name, class_name = target.rsplit(".", 1)
         if module_name != module.__name__:
             continue
@@ -113,6 +134,8 @@ def _add_old_spellings(module) -> None:
             setattr(cls, old, _moved_attribute(f"{class_name}.{old}", new, read))
         for method, translate in OLD_CALLS.get(target, {}).items():
             setattr(cls, method, translate(getattr(cls, method)))
+        for method, added in ADDED_METHODS.get(target, {}).items():
+            setattr(cls, method, added)
 
 
 def _moved_attribute(old: str, new: str, read) -> property:
@@ -154,7 +177,7 @@ class _ThenAddOldSpellings(importlib.abc.Loader):
 
 
 def _patched_modules() -> set[str]:
-    return {target.rsplit(".", 1)[0] for target in (*MOVED_ATTRIBUTES, *OLD_CALLS)}
+    return {target.rsplit(".", 1)[0] for target in (*MOVED_ATTRIBUTES, *OLD_CALLS, *ADDED_METHODS)}
 
 
 def latent_layer_types(layer_types) -> list[str]:

@@ -61,7 +61,7 @@ def count_cost_measurements(monkeypatch) -> list[list[str]]:
 def test_query_init_variant_sets_train_field_and_name(preset):
     assert preset.variants[1]["query_init"] == "normal"
     run = variant_run(preset.run, preset.variants[1], seed=3, out_dir="x")
-    assert run.train.query_init == "normal" and run.train.seed == 3 and run.model["residual"] == "block_attnres"
+    assert run.train.query_init == "normal" and run.train.seed == 3 and run.model.residual == "block_attnres"
     assert variant_name(preset.variants[1]) == "block_attnres (N=2) [q~N(0,0.02)]"
     with pytest.raises(RunConfigError, match=r"unknown key.*'lr'.*allowed: residual, residual_options, query_init "
                                              r"and the options of residual='standard'"):
@@ -71,7 +71,7 @@ def test_query_init_variant_sets_train_field_and_name(preset):
 def test_a_variant_sets_router_ablations_as_model_fields_and_a_bad_one_is_refused_before_training(preset):
     variant = {"residual": "full_attnres", "router_query": "input_dependent", "router_key_norm": False}
     run = variant_run(preset.run, variant, seed=0, out_dir="x")
-    options = run.model["residual_options"]
+    options = run.model.residual_options.to_dict()
     assert options["query"] == "input_dependent" and options["key_norm"] is False
     assert variant_name(variant) == "full_attnres [input query] [no key norm]"
     nested = {"residual": "full_attnres", "residual_options": {"query": "input_dependent", "key_norm": False}}

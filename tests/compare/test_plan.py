@@ -33,7 +33,7 @@ def test_standard_has_about_125m_parameters_counted_on_the_meta_device(gpu):
     preset, plan = gpu
     standard = plan.variant("standard")
     assert abs(standard.parameters - 125e6) <= 0.1 * 125e6
-    config = run_config(plan, plan.runs[0]).build_model_config(preset.run["model"]["vocab_size"])
+    config = run_config(plan, plan.runs[0]).model.with_vocab_size(preset.run["model"]["vocab_size"])
     with torch.device("meta"):  # as tune.protocol_results counts them
         assert standard.parameters == sum(p.numel() for p in AttnResLM(config).parameters())
     assert plan.vocab_size == 50304 and plan.seq_len == 1024
@@ -79,7 +79,7 @@ def test_fewer_final_seeds_cap_the_secondary_ones_too(gpu):
 def test_flops_follow_the_accounting_and_double_with_the_steps(gpu):
     _, plan = gpu
     for variant in plan.variants:
-        config = run_config(plan, PlannedRun("grid", variant.name, 1e-3, 0)).build_model_config(plan.vocab_size)
+        config = run_config(plan, PlannedRun("grid", variant.name, 1e-3, 0)).model.with_vocab_size(plan.vocab_size)
         assert variant.flops_per_run == training_flops(config, variant.tokens, plan.seq_len)
         six_n_t = 6 * variant.parameters * variant.tokens  # 6 N T, embeddings in N, plus attention
         assert six_n_t < variant.flops_per_run < 1.3 * six_n_t

@@ -25,7 +25,7 @@ def model_of(runs, checkpoint, **changes):
 
     vocab = Tokenizer.load(runs.dir("fsdp_routed") / "tokenizer").vocab_size
     config = RunConfig.from_dict({**checkpoint.run_config, "model": {**checkpoint.run_config["model"], **changes}})
-    return AttnResLM(config.build_model_config(vocab))
+    return AttnResLM(config.model.with_vocab_size(vocab))
 
 
 @pytest.fixture

@@ -109,5 +109,5 @@ def test_a_set_on_a_nested_model_field_keeps_the_rest_of_the_pretrained_section(
                  "--option", "exact_conversion=gate", "--out", str(out)]) == 0
     model = load_finetune_config(out, overrides=["model.residual_options.key_norm=false",
                                                  "train.seq_len=32"]).model
-    options = model["residual_options"]
-    assert options["key_norm"] is False and options["exact_conversion"] == "gate" and options["num_blocks"] == 2
+    options = model.residual_options
+    assert options.key_norm is False and options.exact_conversion == "gate" and options.num_blocks == 2

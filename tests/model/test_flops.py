@@ -121,7 +121,7 @@ def test_stream_matrix_products_as_the_lean_path_computes_them():
 
 
 def test_paper_sizes_count_without_memory_and_training_flops_scale_with_tokens():
-    cfg = load_run_config(PAPER_7B).build_model_config(vocab_size=151_669)
+    cfg = load_run_config(PAPER_7B).model.with_vocab_size(151_669)
     flops = flops_per_token(cfg)  # built on the meta device: seconds, no 30 GB of weights
     assert flops.training > 6 * 7e9
     assert training_flops(cfg, 1000) == 1000 * flops.training

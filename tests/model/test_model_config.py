@@ -55,7 +55,7 @@ def test_config_error_is_a_value_error():
     (dict(num_heads=5), r"num_kv_heads must divide num_heads=5|head_dim: hidden_size=32 is not divisible"),
     (dict(num_heads=3, num_kv_heads=1), r"head_dim: hidden_size=32 is not divisible by num_heads=3"),
     (dict(head_dim=7), r"head_dim must be even"),
-    (dict(vocab_size=0), r"vocab_size must be a positive integer, got 0"),
+    (dict(vocab_size=0), r"vocab_size must be a positive integer, or 'auto' until a run's tokenizer is read, got 0"),
     (dict(hidden_size=-8), r"hidden_size must be a positive integer, got -8"),
     (dict(num_layers=0), r"num_layers must be a positive integer, got 0"),
     (dict(num_heads=0), r"num_heads must be a positive integer"),

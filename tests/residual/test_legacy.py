@@ -82,8 +82,8 @@ def test_an_old_run_config_resumes_with_another_routing_implementation():
     saved = yaml.safe_load((LEGACY / "run.yaml").read_text())
     assert saved["model"]["routing_impl"] == "reference" and saved["model"]["router_query"] == "input_dependent"
     run = RunConfig.from_dict(saved)
-    assert run.model["residual_options"] == {"num_blocks": 2, "query": "input_dependent"}
-    assert "routing_impl" not in run.model and run.train.routing_impl == "reference"  # the old value, as a default
+    assert (run.model.residual_options.num_blocks, run.model.residual_options.query) == (2, "input_dependent")
+    assert not hasattr(run.model, "routing_impl") and run.train.routing_impl == "reference"  # the old value, as a default
     switched = RunConfig.from_dict({**saved, "train": {**saved["train"], "routing_impl": "auto"}})
     check_compatible(saved, switched)  # the same model: a resume may compute routing another way
     with pytest.raises(RunConfigError, match=r"train.routing_impl='lean': residual='block_attnres' with .* computes "

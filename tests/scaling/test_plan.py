@@ -39,7 +39,7 @@ def test_tokens_follow_the_rule_and_are_shared_by_the_variants_of_a_size(preset,
 
 def test_flops_and_parameters_are_each_variants_own(preset, tmp_path):
     for p in plan_sweep(preset, tmp_path):
-        config = p.run.build_model_config(300)
+        config = p.run.model.with_vocab_size(300)
         assert p.flops == training_flops(config, p.tokens, p.run.train.seq_len)
         assert p.parameters == parameter_count(config).non_embedding
     block = [p for p in plan_sweep(preset, tmp_path) if p.variant["residual"] != "standard"]
@@ -48,7 +48,7 @@ def test_flops_and_parameters_are_each_variants_own(preset, tmp_path):
 
 
 def test_parameter_count_excludes_the_embedding_and_an_untied_head(preset, tmp_path):
-    config = plan_sweep(preset, tmp_path)[0].run.build_model_config(300)
+    config = plan_sweep(preset, tmp_path)[0].run.model.with_vocab_size(300)
     tied = parameter_count(config)
     assert tied.total - tied.non_embedding == 300 * config.hidden_size
     untied = parameter_count(type(config).from_dict({**config.to_dict(), "tie_embeddings": False}))

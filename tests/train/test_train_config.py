@@ -30,9 +30,9 @@ def test_yaml_with_overrides(tmp_path):
     run = load_run_config(path, ["train.lr=1e-3", "model.residual=block_attnres", "model.num_blocks=2",
                                  "data.source=/tmp/x", "train.grad_clip=null", "out_dir=elsewhere"])
     assert run.train.lr == 1e-3 and run.train.steps == 5 and run.train.grad_clip is None
-    assert run.model["residual"] == "block_attnres" and run.data.source == "/tmp/x"
+    assert run.model.residual == "block_attnres" and run.data.source == "/tmp/x"
     assert run.out_dir == "elsewhere"
-    assert run.build_model_config(vocab_size=123).vocab_size == 123
+    assert run.model.vocab_size == "auto" and run.model.with_vocab_size(123).vocab_size == 123  # not yet known
     assert RunConfig.from_dict(run.to_dict()) == run
 
 
@@ -72,7 +72,7 @@ def test_bundled_configs_are_valid():
     assert len(files) >= 6
     for path in files:
         run = load_run_config(path)
-        assert run.build_model_config(vocab_size=151936).num_layers >= 1
+        assert run.model.with_vocab_size(151936).num_layers >= 1
 
 
 @pytest.mark.parametrize("field", ["lr", "grad_clip", "weight_decay", "expert_balance_rate"])

@@ -84,8 +84,8 @@ def measure_costs(runs: dict[str, RunConfig], vocab_size: int, settings: CostSet
     the same order for every variant), "memory": `VariantRunner.memory()`}}}, variants with standard first.
     """
     device = torch.device(device)
-    names = sorted(runs, key=lambda name: runs[name].model.get("residual") != BASELINE)  # standard first
-    if [runs[n].model.get("residual") for n in names].count(BASELINE) != 1:
+    names = sorted(runs, key=lambda name: runs[name].model.residual != BASELINE)  # standard first
+    if [runs[n].model.residual for n in names].count(BASELINE) != 1:
         raise RunConfigError(f"the cost measurement needs exactly one {BASELINE!r} run, got {names}")
     base = runs[names[0]].train
     generator = torch.Generator().manual_seed(settings.seed)
@@ -93,7 +93,7 @@ def measure_costs(runs: dict[str, RunConfig], vocab_size: int, settings: CostSet
     runners = {}
     for name in names:
         train = runs[name].train
-        runner = VariantRunner(runs[name].build_model_config(vocab_size), device, train.precision, batch, None,
+        runner = VariantRunner(runs[name].model.with_vocab_size(vocab_size), device, train.precision, batch, None,
                                settings.seed, train.routing_impl, train.routing_chunk_size)
         runner.model.activation_checkpointing = runs[name].train.activation_checkpointing  # as it trained
         runners[name] = runner

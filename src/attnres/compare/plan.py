@@ -172,9 +172,8 @@ def vocab_size_of(run: RunConfig) -> int:
     """The vocabulary a planned model has: model.vocab_size when stated, else a BPE's data.vocab_size (its
     most: a BPE trained on a small corpus may have fewer). A pretrained tokenizer with vocab_size "auto" is
     refused: the plan counts parameters without reading any tokenizer."""
-    stated = run.model.get("vocab_size", AUTO)
-    if stated != AUTO:
-        return stated
+    if run.model.vocab_size != AUTO:
+        return run.model.vocab_size
     if run.data.tokenizer != "bpe":
         raise RunConfigError(f"run.model.vocab_size must be set with a pretrained tokenizer "
                              f"(data.tokenizer {run.data.tokenizer!r}): the plan counts parameters without reading it; "
@@ -203,7 +202,7 @@ def plan_protocol(preset: ComparePreset, out_dir: str | Path | None = None, seed
     variants, runs = [], []
     for spec in preset.variants:
         name = variant_name(spec)
-        config = rate_run(preset, spec, protocol.lr_grid[0], 0, Path(out_dir)).build_model_config(vocab)
+        config = rate_run(preset, spec, protocol.lr_grid[0], 0, Path(out_dir)).model.with_vocab_size(vocab)
         count = parameter_count(config)
         final = tuple(protocol.final_seeds(spec, seeds or preset.seeds))
         variants.append(VariantPlan(name, spec, protocol.is_primary(spec), count.total, count.non_embedding, tokens,
@@ -285,7 +284,7 @@ def plan_text(plan: ProtocolPlan) -> str:
     model, train = first.model, first.train
     grid = protocol.lr_grid
     lines = [f"protocol plan: preset {preset.name}: {preset.description}",
-             f"model: {model.get('hidden_size')} x {model.get('num_layers')} layers, vocabulary {plan.vocab_size:,}; "
+             f"model: {model.hidden_size} x {model.num_layers} layers, vocabulary {plan.vocab_size:,}; "
              f"data {first.data.source}, tokenizer {first.data.tokenizer}",
              f"every run: {plan.steps:,} steps of {train.batch_size} x {train.grad_accum} x {plan.seq_len:,} = "
              f"{plan.tokens_per_step:,} tokens ({plan.steps * plan.tokens_per_step:,} tokens), {train.precision}",

@@ -180,7 +180,7 @@ def protocol_results(preset: ComparePreset, survey: _Survey, command: str, devic
     data = prepare_data(first.data)
     vocab_size = data.tokenizer.vocab_size  # the token cache's: reads no documents
     for variant, spec in zip(variants, preset.variants):
-        config = rate_run(preset, spec, first.train.lr, 0, Path("unused")).build_model_config(vocab_size)
+        config = rate_run(preset, spec, first.train.lr, 0, Path("unused")).model.with_vocab_size(vocab_size)
         with torch.device("meta"):  # the count needs shapes only
             variant["parameters"] = sum(p.numel() for p in AttnResLM(config).parameters())
     return {

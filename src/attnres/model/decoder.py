@@ -11,7 +11,7 @@ from torch.utils.checkpoint import checkpoint
 
 from attnres.common.errors import InputError
 from attnres.model.cache import KV_STATE, cached_length
-from attnres.model.model_config import ModelConfig
+from attnres.model.model_config import AUTO_VOCAB, ConfigError, ModelConfig
 from attnres.model.init_weights import init_module
 from attnres.model.layers import DecoderLayer, RotaryEmbedding, padded_causal_mask, padded_positions
 from attnres.norm import RMSNorm
@@ -46,6 +46,9 @@ class AttnResLM(nn.Module):
         if not isinstance(config, ModelConfig):
             raise InputError(f"AttnResLM takes a ModelConfig, got {type(config).__name__}; build one with "
                              f"ModelConfig(**fields) or ModelConfig.from_dict(values)")
+        if config.vocab_size == AUTO_VOCAB:
+            raise ConfigError(f"ModelConfig.vocab_size is {AUTO_VOCAB!r}, a vocabulary not yet known: resolve it "
+                              f"with config.with_vocab_size(n) (a run does, once its tokenizer is read)")
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)

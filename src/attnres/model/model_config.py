@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from attnres.common.checks import check_bool, check_int, check_positive_number, divisors_hint, required_fields
@@ -19,6 +20,9 @@ from attnres.residual.legacy import upgrade_model_fields
 # attention over the sequence (grouped-query, or latent with `mla`), Kimi Delta Attention (with
 # `kda`), or a registered one.
 LAYER_TYPES = TOKEN_MIXERS
+# A vocabulary not yet known: a run file's model.vocab_size until its tokenizer is read
+# (`ModelConfig.with_vocab_size`); a model cannot be built before.
+AUTO_VOCAB = "auto"
 MAX_LAYERS = 4096  # far deeper than any model trained (a few hundred layers); the checks are linear in depth
 FULL_ATTENTION_EVERY = 4  # Kimi Linear's 3:1 pattern: every 4th layer full attention, the rest linear
 # Where that pattern's first full-attention layer sits (0-based), in the two defaults that differ:
@@ -97,7 +101,7 @@ class ModelConfig:
 
     # The one table of fields: each one's Hugging Face name, default and type there (`hf_field`) sit
     # beside it, and AttnResConfig's fields are generated from them.
-    vocab_size: int = hf_field(hf_default=32000)
+    vocab_size: int | str = hf_field(hf_default=32000, hf_type="int")
     hidden_size: int = hf_field(hf_default=512)
     num_layers: int = hf_field("num_hidden_layers", hf_default=8)
     num_heads: int = hf_field("num_attention_heads", hf_default=8)
@@ -120,8 +124,10 @@ class ModelConfig:
     init_std: float = hf_field("initializer_range", default=0.02)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
-                     "intermediate_size", "max_seq_len"):
+        if self.vocab_size != AUTO_VOCAB:
+            check_int(self.vocab_size, "ModelConfig.vocab_size", error=ConfigError,
+                      why=f", or {AUTO_VOCAB!r} until a run's tokenizer is read")
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size", "max_seq_len"):
             check_int(getattr(self, name), f"ModelConfig.{name}", error=ConfigError)
         if self.num_layers > MAX_LAYERS:  # checking the residual scheme builds one router per sub-layer
             raise ConfigError(f"ModelConfig.num_layers must be at most {MAX_LAYERS}, got {self.num_layers}")
@@ -217,6 +223,16 @@ class ModelConfig:
     def layer_type(self, index: int) -> str:
         """Layer `index`'s token mixer: a name of LAYER_TYPES ("full_attention", "linear_attention", ...)."""
         return "full_attention" if self.layer_types is None else self.layer_types[index]
+
+    def with_vocab_size(self, vocab_size: int) -> "ModelConfig":
+        """This config with an unresolved vocabulary (`AUTO_VOCAB`) resolved to `vocab_size` (a
+        tokenizer's); a stated one is kept. The other fields are not checked again."""
+        if self.vocab_size != AUTO_VOCAB:
+            return self
+        check_int(vocab_size, "vocab_size", error=ConfigError)
+        resolved = copy.copy(self)
+        object.__setattr__(resolved, "vocab_size", vocab_size)
+        return resolved
 
     @property
     def num_sublayers(self) -> int:

@@ -69,14 +69,14 @@ def plan_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None,
         name = size_name(size)
         standard = next(v for v in preset.variants if v["residual"] == "standard")
         probe = variant_run(size_run(preset, size, tokens=1), standard, seed=0, out_dir="unused")
-        base_params = _counts(probe.build_model_config(vocab), probe.train.seq_len, counts)[0].non_embedding
+        base_params = _counts(probe.model.with_vocab_size(vocab), probe.train.seq_len, counts)[0].non_embedding
         tokens_wanted = preset.rules.tokens_per_parameter * base_params
         base = size_run(preset, size, tokens=math.ceil(tokens_wanted))
         for seed in size_seeds(preset, size, seeds):
             for variant in preset.variants:
                 folder = Path(out_dir) / "runs" / name / variant_slug(variant) / f"seed{seed}"
                 run = variant_run(base, variant, seed, str(folder))
-                count, per_token = _counts(run.build_model_config(vocab), run.train.seq_len, counts)
+                count, per_token = _counts(run.model.with_vocab_size(vocab), run.train.seq_len, counts)
                 tokens = run.train.steps * run.train.tokens_per_step
                 planned.append(PlannedRun(name, variant, seed, run, count.non_embedding, count.total, tokens,
                                           float(per_token.training * tokens)))
@@ -115,8 +115,8 @@ def plan_table(preset: ScalingPreset, planned: list[PlannedRun]) -> tuple[list[s
         runs = [p for p in planned if p.size == size_name(size)]
         standard = next(p for p in runs if p.variant["residual"] == "standard")
         shape = standard.run.model
-        rows.append([standard.size, f"{shape['hidden_size']} x {shape['num_layers']}",
-                     f"{shape['num_heads']} / {shape['num_kv_heads']}", str(shape["intermediate_size"]),
+        rows.append([standard.size, f"{shape.hidden_size} x {shape.num_layers}",
+                     f"{shape.num_heads} / {shape.num_kv_heads}", str(shape.intermediate_size),
                      f"{standard.parameters:,}", f"{standard.total_parameters:,}", f"{standard.tokens:,}",
                      f"{standard.run.train.steps:,}", str(len({p.seed for p in runs})), f"{standard.flops:.3g}"])
     return header, rows

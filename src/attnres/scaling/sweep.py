@@ -108,7 +108,7 @@ def sweep_results(preset: ScalingPreset, planned: list[PlannedRun], records: lis
     sizes = []
     for size in preset.sizes:
         standard = next(p for p in planned if p.size == size_name(size) and p.variant["residual"] == "standard")
-        sizes.append({"name": standard.size, **{k: standard.run.model[k] for k in (
+        sizes.append({"name": standard.size, **{k: getattr(standard.run.model, k) for k in (
             "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")},
             "parameters": standard.parameters, "total_parameters": standard.total_parameters,
             "tokens": standard.tokens, "epochs": standard.tokens / train_tokens, "steps": standard.run.train.steps,

@@ -18,7 +18,8 @@ import torch
 
 from attnres.checkpoint import Checkpoint, CheckpointError, latest_checkpoint
 from attnres.data import DataConfig
-from attnres.residual.legacy import upgrade_model_fields
+from attnres.model import ModelConfig
+from attnres.model.model_config import AUTO_VOCAB
 from attnres.train.run_config import RunConfig, RunConfigError
 from attnres.train.schedule import build_scheduler
 from attnres.train.train_config import TrainConfig
@@ -36,7 +37,7 @@ def setting_differences(saved: dict, run: RunConfig) -> list[tuple[str, object, 
     version is compared as today's, `attnres.residual.legacy`; a data or train field added since takes
     its default, as RunConfig.from_dict reads it). out_dir is not compared."""
     current = run.to_dict()
-    saved = {**saved, "model": upgrade_model_fields(saved.get("model", {}), flat_options=True)[0],
+    saved = {**saved, "model": _as_today(saved.get("model", {})),
              "data": {**DataConfig().to_dict(), **saved.get("data", {})},
              "train": {**dataclasses.asdict(TrainConfig()), **saved.get("train", {})}}
     differences = []
@@ -51,6 +52,15 @@ def setting_differences(saved: dict, run: RunConfig) -> list[tuple[str, object, 
         elif saved.get(key) != current[key]:
             differences.append((key, saved.get(key), current[key]))
     return differences
+
+
+def _as_today(model: dict) -> dict:
+    """A checkpoint's model section as today's RunConfig writes it: every field (an earlier version
+    wrote those the run file gave); as it was where it cannot be read."""
+    try:
+        return ModelConfig.from_dict({"vocab_size": AUTO_VOCAB, **model}).to_dict()
+    except (ValueError, TypeError):
+        return model
 
 
 def is_refused(name: str) -> bool:

@@ -1,4 +1,11 @@
-"""RunConfig: model + data + train settings of one run, from YAML with `key=value` overrides."""
+"""RunConfig: model + data + train settings of one run, from YAML with `key=value` overrides.
+
+`load_run_config` is the one pass from a run file to a typed run: the YAML (over a base), the
+translation of an earlier version's model fields (`attnres.residual.legacy`), the `--set` overrides,
+then RunConfig, whose `model` is a ModelConfig built once. Its vocabulary may be `AUTO_VOCAB`, not
+yet known: the trainer resolves it once, from the tokenizer (`ModelConfig.with_vocab_size`). How the
+model is routed is checked here, where the run's settings meet its model.
+"""
 
 from __future__ import annotations
 
@@ -13,11 +20,12 @@ from attnres.common.json_files import CONFIG_FILE, read_json_object
 from attnres.common.user_paths import user_path_text
 from attnres.data import DataConfig
 from attnres.model import ModelConfig
+from attnres.model.model_config import AUTO_VOCAB
 from attnres.residual import check_routing
 from attnres.residual.legacy import upgrade_model_fields
 from attnres.train.train_config import TrainConfig
 
-AUTO = "auto"
+AUTO = AUTO_VOCAB
 # YAML 1.1 (PyYAML) reads 1e-3 as a string; a number is what anyone writing it means.
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 SECTIONS = ("model", "data", "train")
@@ -30,17 +38,17 @@ class RunConfigError(InputError):
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One training run. `model` holds ModelConfig fields (the variant's options under
-    residual_options); vocab_size "auto" takes the tokenizer's. A `model` section written before the
-    options were typed is translated (`attnres.residual.legacy`); its routing_impl and
-    routing_chunk_size become the train section's defaults.
+    """One training run. `model` is a ModelConfig (given as one, or as a mapping of its fields); its
+    vocab_size "auto" (the default in a run file) takes the tokenizer's when the run starts. A `model`
+    section written before the options were typed is translated (`attnres.residual.legacy`); its
+    routing_impl and routing_chunk_size become the train section's defaults.
 
     init_from: a Hugging Face-format directory (config.json + safetensors: `attnres convert` output
     or a training checkpoint) whose weights start the run; its config supplies every model field
     the `model` section does not set (typically only residual and its options).
     """
 
-    model: dict
+    model: ModelConfig
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     out_dir: str = "runs/default"
@@ -49,24 +57,20 @@ class RunConfig:
     def __post_init__(self) -> None:
         # out_dir as a shell user means it: ~ expanded, an empty one refused (not read as the working directory)
         object.__setattr__(self, "out_dir", user_path_text(self.out_dir, "out_dir", RunConfigError))
-        model = self.build_model_config(vocab_size=256)  # validates every model field now, not at train time
+        if isinstance(self.model, dict):
+            object.__setattr__(self, "model", ModelConfig.from_dict({"vocab_size": AUTO, **self.model}))
+        elif not isinstance(self.model, ModelConfig):
+            raise RunConfigError(f"RunConfig.model must be a ModelConfig or a mapping of its fields, got {self.model!r}")
+        model = self.model
         check_routing(model.residual, model.residual_options, model.num_layers, self.train.routing_impl,
                       self.train.routing_chunk_size, prefix="train.", error=RunConfigError)
-        max_len = self.model.get("max_seq_len", ModelConfig.__dataclass_fields__["max_seq_len"].default)
-        if self.train.seq_len > max_len:
+        if self.train.seq_len > model.max_seq_len:
             raise RunConfigError(f"train.seq_len={self.train.seq_len} is above the model's maximum "
-                                 f"model.max_seq_len={max_len}; lower seq_len or raise max_seq_len")
-
-    def build_model_config(self, vocab_size: int) -> ModelConfig:
-        """The ModelConfig, with vocab_size filled in when it is "auto" (the default)."""
-        values = dict(self.model)
-        if values.get("vocab_size", AUTO) == AUTO:
-            values["vocab_size"] = vocab_size
-        return ModelConfig.from_dict(values)
+                                 f"model.max_seq_len={model.max_seq_len}; lower seq_len or raise max_seq_len")
 
     def to_dict(self) -> dict:
         """Plain dict (YAML/JSON-safe) that `RunConfig.from_dict` reads back."""
-        return {"out_dir": self.out_dir, "init_from": self.init_from, "model": dict(self.model),
+        return {"out_dir": self.out_dir, "init_from": self.init_from, "model": self.model.to_dict(),
                 "data": dataclasses.asdict(self.data), "train": dataclasses.asdict(self.train)}
 
     @classmethod
@@ -101,7 +105,8 @@ class RunConfig:
         model, settings = upgrade_model_fields(model, flat_options=True, prefix="model.", error=RunConfigError)
         train = values.get("train") or {}
         train = _section({"train": {**settings, **train} if isinstance(train, dict) else train}, "train", TrainConfig)
-        return cls(model=model, data=data, train=train, out_dir=str(values.get("out_dir", "runs/default")),
+        return cls(model=ModelConfig.from_dict({"vocab_size": AUTO, **model}), data=data, train=train,
+                   out_dir=str(values.get("out_dir", "runs/default")),
                    init_from=None if init_from is None else str(init_from))
 
 
@@ -199,11 +204,17 @@ def _drop_other_spelling(model: dict, name: str) -> None:
 
 
 def load_run_config(path: str | Path | None, overrides: list[str] = (), base: dict | None = None) -> RunConfig:
-    """Read a YAML run config (or start from `base`), apply overrides, validate."""
+    """The typed run of a YAML run config (or of `base`, which the file refines section by section): its
+    model fields in an earlier version's form translated, then `overrides` applied, then RunConfig
+    built (module doc)."""
     values = dict(base or {})
     if path is not None:
         loaded = read_yaml_mapping(path, "config file", f"a mapping with sections {list(SECTIONS)}", RunConfigError)
         for key, value in loaded.items():  # a section in the file refines the base's, key by key
             both_sections = isinstance(value, dict) and isinstance(values.get(key), dict)
             values[key] = {**values[key], **value} if both_sections else value
+    if isinstance(values.get("model"), dict):  # before the overrides, which are written in today's form
+        values["model"], settings = upgrade_model_fields(values["model"], prefix="model.", error=RunConfigError)
+        if settings and isinstance(values.get("train") or {}, dict):
+            values["train"] = {**settings, **(values.get("train") or {})}
     return RunConfig.from_dict(apply_overrides(values, list(overrides)))

@@ -19,7 +19,7 @@ from attnres.train.run_config import RunConfig
 def build_model(run: RunConfig, vocab_size: int, device: torch.device) -> AttnResLM:
     """The run's model on `device`, initialised from the run's seed (vocab_size fills "auto")."""
     torch.manual_seed(run.train.seed)
-    model = AttnResLM(run.build_model_config(vocab_size)).to(device)
+    model = AttnResLM(run.model.with_vocab_size(vocab_size)).to(device)
     model.set_routing(run.train.routing_impl, run.train.routing_chunk_size)
     # Resolved now, not at the first step: routing_impl 'fused' builds its kernel here or is refused
     # (no compiler, an unusable extensions folder) before the run writes anything.

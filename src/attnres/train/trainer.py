@@ -231,7 +231,7 @@ class Trainer:
         """InputError, before a byte is allocated, for a model whose training state cannot fit this
         machine (attnres.model.memory_need): every process builds the whole model, and a single one
         also keeps its gradients and AdamW's moments (shards of them elsewhere: only the weights count)."""
-        config = self.run.build_model_config(self.data.tokenizer.vocab_size)
+        config = self.run.model.with_vocab_size(self.data.tokenizer.vocab_size)
         parameters = parameter_count(config).total
         alone = self.env is None or self.env.world_size == 1
         need = training_state_bytes(parameters) if alone else FP32_BYTES * parameters
