@@ -36,10 +36,9 @@ from attnres.common.machine import check_device
 from attnres.data import PreparedData, TokenBatches, eval_batches, prepare_data
 from attnres.distributed.checkpointer import Checkpointer
 from attnres.distributed.env import Silent, all_reduce_mean, all_reduce_tensor_sum, current_env, is_main, main_first
-from attnres.distributed.pipeline_layout import PipelineConfigError
-from attnres.distributed.wrap import wrap_model
-from attnres.distributed.wrapper import ParallelModel
-from attnres.model import AttnResLM
+from attnres.distributed.pipeline_layout import PipelineConfigError, build_layout
+from attnres.distributed.wrap import pipeline_config, wrap_model
+from attnres.model import AttnResLM, ModelConfig
 from attnres.model.flops import parameter_count
 from attnres.model.memory_need import FP32_BYTES, check_fits, training_state_bytes
 from attnres.model.sublayer_protocols import FeedForward
@@ -139,7 +138,7 @@ class Trainer:
         if checkpoint is not None:
             check_same_corpus(checkpoint, self.data.stats)
         self.model = self._starting_model(checkpoint)
-        self.parallel = self._wrap()
+        self.parallel = wrap_model(self.model, self.mode, self.env, self.cfg.step_settings(), self.cfg.pipeline)
         if self.main:  # only now, with the data, the weights and the split checked: bad input writes nothing
             if checkpoint is None:  # an earlier run's files (force): none of them may mix with this run's
                 tokenizer = Path(self.run.data.tokenizer).resolve()  # kept when it is this run's tokenizer
@@ -213,7 +212,7 @@ class Trainer:
     def _starting_model(self, checkpoint: Checkpoint | None) -> AttnResLM:
         """The whole model, on every rank: the run's seed, then a checkpoint's weights (any format, any
         world size) or, for a new run, init_from's weights and the query initialisation."""
-        self._check_memory()
+        self._check_run(self.run.model.with_vocab_size(self.data.tokenizer.vocab_size))
         model = build_model(self.run, self.data.tokenizer.vocab_size, self.device)
         if self.data.tokenizer.vocab_size > model.config.vocab_size:
             raise RunConfigError(f"the tokenizer has {self.data.tokenizer.vocab_size} tokens but the model only "
@@ -227,11 +226,18 @@ class Trainer:
             draw_normal_queries(model)
         return model
 
-    def _check_memory(self) -> None:
-        """InputError, before a byte is allocated, for a model whose training state cannot fit this
-        machine (attnres.model.memory_need): every process builds the whole model, and a single one
-        also keeps its gradients and AdamW's moments (shards of them elsewhere: only the weights count)."""
-        config = self.run.model.with_vocab_size(self.data.tokenizer.vocab_size)
+    def _check_run(self, config: ModelConfig) -> None:
+        """The one check of the run's model (its vocabulary resolved) against what only the set-up knows,
+        before a weight is allocated: the pipeline split against the model and the world size
+        (train.pipeline), then the memory a process needs (attnres.model.memory_need): every process
+        builds the whole model, and a single one also keeps its gradients and AdamW's moments (shards
+        of them elsewhere: only the weights count). What the run file alone decides (routing, seq_len)
+        is checked when it is loaded (RunConfig)."""
+        if self.mode == "pipeline":
+            try:
+                build_layout(config, pipeline_config(self.cfg.step_settings(), self.cfg.pipeline), self.env.world_size)
+            except PipelineConfigError as error:
+                raise pipeline_setting_error(error) from None
         parameters = parameter_count(config).total
         alone = self.env is None or self.env.world_size == 1
         need = training_state_bytes(parameters) if alone else FP32_BYTES * parameters
@@ -239,12 +245,6 @@ class Trainer:
                 if alone else f"the model's {parameters:,} fp32 parameters need")
         check_fits(need, what, self.device, "make the model smaller (model.hidden_size, model.num_layers, "
                                             "model.moe.num_experts, model.moe.expert_size)")
-
-    def _wrap(self) -> ParallelModel:
-        try:  # a pipeline split is checked against the model and the world size here
-            return wrap_model(self.model, self.mode, self.env, self.cfg.step_settings(), self.cfg.pipeline)
-        except PipelineConfigError as error:
-            raise pipeline_setting_error(error) from None
 
     # ------------------------------------------------------------------ training
 
