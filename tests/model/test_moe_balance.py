@@ -1,13 +1,12 @@
 """Auxiliary-loss-free load balancing (attnres.model.moe_balance): routers count their loads in training
-only, each bias moves by the rate against its expert's excess load, and repeated updates spread a
-skewed router's tokens over its experts."""
+only (`ExpertRouter.take_loads`), each bias moves by the rate against its expert's excess load
+(`update_bias`), and repeated updates spread a skewed router's tokens over its experts."""
 
 import pytest
 import torch
 
 from attnres.analysis import load_imbalance
 from attnres.model.moe import ExpertRouter
-from attnres.model.moe_balance import take_step_loads, update_score_bias
 from attnres.model.moe_config import MoEConfig
 
 CONFIG = MoEConfig(num_experts=4, experts_per_token=2, expert_size=8, scoring="sigmoid", score_bias=True)
@@ -25,21 +24,21 @@ def test_loads_are_counted_in_training_only_and_taken_once():
     x = torch.randn(10, 16)
     r.eval()
     r(x)
-    assert take_step_loads([r]).sum() == 0
+    assert r.take_loads().sum() == 0
     r.train()
     r(x)
     r(x[:3])
-    loads = take_step_loads([r])
-    assert loads.shape == (1, 4) and loads.sum() == (10 + 3) * 2
-    assert take_step_loads([r]).sum() == 0  # taken: counting starts again
+    loads = r.take_loads()
+    assert loads.shape == (4,) and loads.sum() == (10 + 3) * 2
+    assert r.take_loads().sum() == 0  # taken: counting starts again
 
 
 def test_each_bias_moves_by_the_rate_against_its_excess_load():
     r = router()
-    update_score_bias([r], torch.tensor([[5.0, 1.0, 3.0, 3.0]]), rate=0.01)
+    r.update_bias(torch.tensor([5.0, 1.0, 3.0, 3.0]), rate=0.01)
     assert r.score_bias.tolist() == pytest.approx([-0.01, 0.01, 0.0, 0.0])
-    update_score_bias([r], torch.tensor([[0.0, 0.0, 0.0, 0.0]]), rate=0.01)  # a router that did not run
-    update_score_bias([r], torch.tensor([[9.0, 1.0, 1.0, 1.0]]), rate=0.0)  # balancing off
+    r.update_bias(torch.tensor([0.0, 0.0, 0.0, 0.0]), rate=0.01)  # a router that did not run
+    r.update_bias(torch.tensor([9.0, 1.0, 1.0, 1.0]), rate=0.0)  # balancing off
     assert r.score_bias.tolist() == pytest.approx([-0.01, 0.01, 0.0, 0.0])
 
 
@@ -47,8 +46,8 @@ def test_a_router_without_a_bias_is_counted_but_never_changed():
     r = router(MoEConfig(num_experts=4, experts_per_token=2, expert_size=8))
     r.train()
     r(torch.randn(6, 16))
-    loads = take_step_loads([r])
-    update_score_bias([r], loads, rate=0.1)
+    loads = r.take_loads()
+    r.update_bias(loads, rate=0.1)
     assert r.score_bias is None and loads.sum() == 12
 
 
@@ -62,14 +61,14 @@ def test_repeated_updates_spread_a_skewed_router_over_its_experts():
 
     def imbalance() -> float:
         r(x)
-        loads = take_step_loads([r])
-        return loads, load_imbalance(loads[0].tolist())
+        loads = r.take_loads()
+        return loads, load_imbalance(loads.tolist())
 
     _, before = imbalance()
     history = []
     for _ in range(100):
         loads, now = imbalance()
         history.append(now)
-        update_score_bias([r], loads, rate=0.01)
+        r.update_bias(loads, rate=0.01)
     # A fixed step cannot settle exactly: on one batch the loads end in a cycle of about the rate's size.
     assert before > 1.8 and max(history[-10:]) < 1.25, (before, history[-10:])

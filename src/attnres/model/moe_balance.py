@@ -1,4 +1,5 @@
-"""Load balancing without an auxiliary loss: DeepSeek-V3's update of the routers' score-correction bias.
+"""Load balancing without an auxiliary loss: DeepSeek-V3's update of the routers' score-correction bias
+(`ExpertRouter.take_loads` and `update_bias`, called by `MixtureOfExperts.after_step`).
 
 After each optimizer step, every expert's bias moves by a fixed `rate` towards balance:
 
@@ -18,7 +19,6 @@ the gradient untouched (Wang et al. 2024, DeepSeek-V3 §2.1.2).
 
 from __future__ import annotations
 
-import torch
 from torch import nn
 
 from attnres.model.moe import ExpertRouter
@@ -29,18 +29,4 @@ def expert_routers(model: nn.Module) -> list[ExpertRouter]:
     return [m for m in model.modules() if isinstance(m, ExpertRouter)]
 
 
-def take_step_loads(routers: list[ExpertRouter]) -> torch.Tensor:
-    """The assignments each router counted since the last call, (R, E) float64 on the routers' device
-    (`ExpertRouter.take_loads`); the counts start again from zero."""
-    if not routers:
-        return torch.zeros(0, 0, dtype=torch.float64)
-    return torch.stack([router.take_loads().to(routers[0].weight.device) for router in routers])
-
-
-def update_score_bias(routers: list[ExpertRouter], loads: torch.Tensor, rate: float) -> None:
-    """`ExpertRouter.update_bias` of each router with its row of `loads` (R, E), summed over ranks."""
-    for router, load in zip(routers, loads, strict=True):
-        router.update_bias(load, rate)
-
-
-__all__ = ["expert_routers", "take_step_loads", "update_score_bias"]
+__all__ = ["expert_routers"]
