@@ -11,7 +11,7 @@ from attnres.methods import DepthMixer
 
 __all__ = ["AttnResLM", "CausalLMOutput", "ConfigError", "DepthMixer", "InputError", "ModelConfig", "ResidualScheme",
            "Variant", "VariantOptions", "build_residual", "option", "register_variant"]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from attnres import compat  # noqa: E402  (the old spellings of 0.3.0, until 0.4.0)
 
