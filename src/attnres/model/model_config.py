@@ -154,26 +154,26 @@ class ModelConfig:
     def _check_sublayers(self) -> None:
         """Each sub-layer row's options typed (its own field, or `mixer_options`), the layer types
         resolved, and the rows in use (or given options) checked."""
-        rows = [*TOKEN_MIXERS.values(), *FEED_FORWARDS.values()]
-        for row in rows:
+        for row in [*TOKEN_MIXERS.values(), *FEED_FORWARDS.values()]:
             if row.config_field is not None and getattr(self, row.config_field) is not None:
                 object.__setattr__(self, row.config_field, self._typed(row, getattr(self, row.config_field),
                                                                        row.config_field))
         self._check_mixer_options()
         self._check_layer_types()
-        used = {self.layer_type(i) for i in range(self.num_layers)}
-        for name in sorted(used):
+        mixers = {self.layer_type(i) for i in range(self.num_layers)}
+        for name in sorted(mixers):
             row = TOKEN_MIXERS[name]
             if row.options is not None and self.sublayer_options(name) is None:
                 where = row.config_field or f"mixer_options[{name!r}]"
                 raise ConfigError(f"ModelConfig.layer_types has {name!r} layers but ModelConfig.{where} is None; "
                                   f"give {where} or use other layer types")
-        used |= {feed_forward_type(self, i) for i in range(self.num_layers)}
-        for row in rows:
-            given = row.config_field is not None and getattr(self, row.config_field) is not None
-            problem = row.check(self) if row.check is not None and (row.name in used or given) else None
-            if problem:
-                raise ConfigError(problem)
+        feed_forwards = {feed_forward_type(self, i) for i in range(self.num_layers)}
+        for table, used in ((TOKEN_MIXERS, mixers), (FEED_FORWARDS, feed_forwards)):
+            for row in table.values():
+                given = row.config_field is not None and getattr(self, row.config_field) is not None
+                problem = row.check(self) if row.check is not None and (row.name in used or given) else None
+                if problem:
+                    raise ConfigError(problem)
 
     @staticmethod
     def _typed(row, value, where: str):
@@ -213,9 +213,8 @@ class ModelConfig:
         object.__setattr__(self, "layer_types", tuple(types))
 
     def sublayer_options(self, name: str):
-        """The options of layer type or feed-forward `name` (its own field, or `mixer_options[name]`); None
-        where not given."""
-        row = TOKEN_MIXERS.get(name) or FEED_FORWARDS[name]
+        """The options of layer type `name` (its own field, or `mixer_options[name]`); None where not given."""
+        row = TOKEN_MIXERS[name]
         if row.config_field is not None:
             return getattr(self, row.config_field)
         return (self.mixer_options or {}).get(name)
