@@ -72,13 +72,14 @@ def _expert_routers(trainer):
     return importlib.import_module("attnres.model.moe_balance").expert_routers(trainer.model)
 
 
-# "module.Class" -> {attribute removed in 0.3.0: (what to use instead, its value)}
-MOVED_ATTRIBUTES = {
-    "attnres.train.trainer.Trainer": {
-        "routers": ("attnres.model.moe_balance.expert_routers(trainer.model)", _expert_routers)},
-    "attnres.train.run_config.RunConfig": {
-        "build_model_config": ("run.model.with_vocab_size(vocab_size)", lambda run: run.model.with_vocab_size)},
-}
+def _moved_attribute(old: str, new: str, read) -> property:
+    """A property that warns that `old` is deprecated (use `new`) and returns read(self)."""
+
+    def deprecated(self):
+        warn_deprecated(old, new)
+        return read(self)
+
+    return property(deprecated, doc=f"Deprecated: {new}.")
 
 
 def _as_mapping(name: str):
@@ -90,11 +91,6 @@ def _as_mapping(name: str):
         return getattr(self.to_dict(), name)(*args)
 
     return method
-
-
-# "module.Class" -> {method added for a 0.2.0 use: the method}
-ADDED_METHODS = {"attnres.model.model_config.ModelConfig": {
-    name: _as_mapping(name) for name in ("__getitem__", "__contains__", "get", "keys", "items")}}
 
 
 def _kda_call_of_0_2_0(forward):
@@ -118,37 +114,34 @@ def _kda_call_of_0_2_0(forward):
     return translated
 
 
-# "module.Class" -> {method: (its forward) -> the method that also takes the 0.2.0 call}
-OLD_CALLS = {"attnres.model.kda.KimiDeltaAttention": {"forward": _kda_call_of_0_2_0}}
+# "module.Class" -> {attribute: (the class) -> what the attribute is until 0.4.0}: a removed attribute
+# (a property that warns), an old call form, or dict methods for a value whose type changed
+OLD_CLASS_SPELLINGS = {
+    "attnres.train.trainer.Trainer": {"routers": lambda cls: _moved_attribute(
+        "Trainer.routers", "attnres.model.moe_balance.expert_routers(trainer.model)", _expert_routers)},
+    "attnres.train.run_config.RunConfig": {"build_model_config": lambda cls: _moved_attribute(
+        "RunConfig.build_model_config", "run.model.with_vocab_size(vocab_size)",
+        lambda run: run.model.with_vocab_size)},
+    "attnres.model.kda.KimiDeltaAttention": {"forward": lambda cls: _kda_call_of_0_2_0(cls.forward)},
+    "attnres.model.model_config.ModelConfig": {
+        name: lambda cls, name=name: _as_mapping(name)
+        for name in ("__getitem__", "__contains__", "get", "keys", "items")},
+}
 
 
 def _add_old_spellings(module) -> None:
-    """Give the classes of `module` their renamed attributes (a property with a DeprecationWarning)
-    and their methods' old call forms."""
-    for target in {*MOVED_ATTRIBUTES, *OLD_CALLS, *ADDED_METHODS}:
+    """Give the classes of `module` their old spellings (OLD_CLASS_SPELLINGS)."""
+    for target, spellings in OLD_CLASS_SPELLINGS.items():
         module_name, class_name = target.rsplit(".", 1)
-        if module_name != module.__name__:
-            continue
-        cls = getattr(module, class_name)
-        for old, (new, read) in MOVED_ATTRIBUTES.get(target, {}).items():
-            setattr(cls, old, _moved_attribute(f"{class_name}.{old}", new, read))
-        for method, translate in OLD_CALLS.get(target, {}).items():
-            setattr(cls, method, translate(getattr(cls, method)))
-        for method, added in ADDED_METHODS.get(target, {}).items():
-            setattr(cls, method, added)
-
-
-def _moved_attribute(old: str, new: str, read) -> property:
-    def deprecated(self):
-        warn_deprecated(old, new)
-        return read(self)
-
-    return property(deprecated, doc=f"Deprecated: {new}.")
+        if module_name == module.__name__:
+            cls = getattr(module, class_name)
+            for name, make in spellings.items():
+                setattr(cls, name, make(cls))
 
 
 class AfterImport(importlib.abc.MetaPathFinder):
-    """The first finder on `sys.meta_path`: a module of MOVED_ATTRIBUTES or OLD_CALLS is found by the
-    other finders and loaded by its own loader, then given its old spellings."""
+    """The first finder on `sys.meta_path`: a module of OLD_CLASS_SPELLINGS is found by the other
+    finders and loaded by its own loader, then given its old spellings."""
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in _patched_modules():
@@ -177,7 +170,7 @@ class _ThenAddOldSpellings(importlib.abc.Loader):
 
 
 def _patched_modules() -> set[str]:
-    return {target.rsplit(".", 1)[0] for target in (*MOVED_ATTRIBUTES, *OLD_CALLS, *ADDED_METHODS)}
+    return {target.rsplit(".", 1)[0] for target in OLD_CLASS_SPELLINGS}
 
 
 def latent_layer_types(layer_types) -> list[str]:

@@ -57,7 +57,8 @@ def _dense_layers_fit(config) -> str | None:
     return None
 
 
-FEED_FORWARDS.register(FeedForwardType("dense", lambda config, index: MLP(config.hidden_size, config.intermediate_size)))
+FEED_FORWARDS.register(FeedForwardType("dense", lambda config, index: MLP(config.hidden_size,
+                                                                          config.intermediate_size)))
 FEED_FORWARDS.register(FeedForwardType("moe", lambda config, index: MixtureOfExperts(config.hidden_size, config.moe),
                                        options=MoEConfig, config_field="moe", check=_dense_layers_fit))
 

@@ -60,7 +60,8 @@ class RunConfig:
         if isinstance(self.model, dict):
             object.__setattr__(self, "model", ModelConfig.from_dict({"vocab_size": AUTO, **self.model}))
         elif not isinstance(self.model, ModelConfig):
-            raise RunConfigError(f"RunConfig.model must be a ModelConfig or a mapping of its fields, got {self.model!r}")
+            raise RunConfigError(f"RunConfig.model must be a ModelConfig or a mapping of its fields, "
+                                 f"got {self.model!r}")
         model = self.model
         check_routing(model.residual, model.residual_options, model.num_layers, self.train.routing_impl,
                       self.train.routing_chunk_size, prefix="train.", error=RunConfigError)
