@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from scipy.stats import spearmanr
 
 from attnres.common.errors import InputError
+from attnres.analysis.depth_stats import collect_depth_stats
 from attnres.analysis.evaluating import evaluating
 from attnres.model.decoder import AttnResLM
 
@@ -60,28 +61,22 @@ def rank_correlation(x: Sequence[float], y: Sequence[float]) -> float | None:
     return float(spearmanr(x, y).statistic)
 
 
-def ablated_source(model: AttnResLM, router: int, source: int, kind: str) -> contextlib.AbstractContextManager:
+@contextlib.contextmanager
+def ablated_source(model: AttnResLM, router: int, source: int, kind: str) -> Iterator[None]:
     """While active, router `router` of `model` sees its source `source` replaced by zero (kind
     "zero") or by its mean over the batch's tokens ("mean"); every other reader sees it unchanged."""
     if kind not in ABLATIONS:
         raise InputError(f"ablation kind must be one of {list(ABLATIONS)}, got {kind!r}")
-
-    def ablate(v: torch.Tensor) -> torch.Tensor:
-        return torch.zeros_like(v) if kind == "zero" else v.mean(dim=(0, 1), keepdim=True).expand_as(v)
-
     scheme = model.residual
 
     def replace(module, args, kwargs):
         sources = scheme.split_sources(args[0])  # a stream mixer's sources are its n streams
-        sources[source] = ablate(sources[source])
+        v = sources[source]
+        sources[source] = (torch.zeros_like(v) if kind == "zero"
+                           else v.mean(dim=(0, 1), keepdim=True).expand_as(v))
         return (scheme.join_sources(sources), *args[1:]), kwargs
 
-    return _hooked(model.routers[router], replace)
-
-
-@contextlib.contextmanager
-def _hooked(module: torch.nn.Module, hook) -> Iterator[None]:
-    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    handle = model.routers[router].register_forward_pre_hook(replace, with_kwargs=True)
     try:
         yield
     finally:
@@ -109,16 +104,6 @@ def _mean_loss(model: AttnResLM, batches: Sequence[torch.Tensor]) -> float:
     return total / count
 
 
-def _routing_mass(model: AttnResLM, batches: Sequence[torch.Tensor]) -> list[list[float]]:
-    sums, count = None, 0
-    for batch in batches:
-        routing = model(batch, return_routing=True).routing
-        batch_sums = [w.double().sum(dim=(0, 1)) for w in routing]
-        sums = batch_sums if sums is None else [a + b for a, b in zip(sums, batch_sums)]
-        count += batch.numel()
-    return [(s / count).tolist() for s in sums]
-
-
 def collect_causal_routing(model: AttnResLM, batches: Iterable[torch.Tensor], routers: Sequence[int] | None = None,
                            kinds: Sequence[str] = ABLATIONS) -> tuple[float, list[RouterCausality]]:
     """(clean loss, one `RouterCausality` per router in `routers`, default all) on (B, T) batches.
@@ -138,7 +123,7 @@ def collect_causal_routing(model: AttnResLM, batches: Iterable[torch.Tensor], ro
             raise InputError(f"ablation kind must be one of {list(ABLATIONS)}, got {kind!r}")
     with evaluating(model), _reference_routing(model):
         clean = _mean_loss(model, batches)
-        mass = _routing_mass(model, batches)
+        mass = collect_depth_stats(model, batches).mean_weights
         results = []
         for r in chosen:
             effect = {kind: [] for kind in kinds}

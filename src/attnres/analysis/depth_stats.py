@@ -55,25 +55,6 @@ class DepthStats:
         return cls(**data)
 
 
-class _RmsAccumulator:
-    """Sums of squares and element counts per depth slot, fed by forward pre-hooks."""
-
-    def __init__(self, num_slots: int) -> None:
-        self.sum_sq = [0.0] * num_slots
-        self.count = [0] * num_slots
-
-    def hook(self, slot: int):
-        def record(_module, args):
-            x = args[0]
-            # float64 sums: many tokens of fp32/bf16 squares would otherwise lose precision.
-            self.sum_sq[slot] += float(x.detach().double().pow(2).sum())
-            self.count[slot] += x.numel()
-        return record
-
-    def rms(self) -> list[float]:
-        return [math.sqrt(s / n) if n else math.nan for s, n in zip(self.sum_sq, self.count)]
-
-
 def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> DepthStats:
     """Run `model` (eval mode, no grad) on each (B, T) token-id batch and average over all tokens.
 
@@ -82,20 +63,26 @@ def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> De
     """
     names = model.residual.source_names()
     num_sublayers = 2 * len(model.layers)
-    acc = _RmsAccumulator(num_sublayers + 1)
+    sum_sq, count = [0.0] * (num_sublayers + 1), [0] * (num_sublayers + 1)  # per depth, for the RMS
     weight_sums = [torch.zeros(len(n), dtype=torch.float64) for n in names]
     max_sums: list[float | None] = [None if len(n) < 2 else 0.0 for n in names]
-    entropy_sums = [0.0] * len(names)
-    effective_sums = [0.0] * len(names)
+    entropy_sums, effective_sums = [0.0] * len(names), [0.0] * len(names)
     tokens = 0
+
+    def rms_hook(slot: int):
+        def record(_module, args):
+            # float64 sums: many tokens of fp32/bf16 squares would otherwise lose precision.
+            sum_sq[slot] += float(args[0].detach().double().pow(2).sum())
+            count[slot] += args[0].numel()
+        return record
 
     # h_s is what sub-layer s normalises, so a pre-hook on its norm sees exactly h_s; the final
     # norm's input is the hidden state after the last sub-layer (or the final router).
     with evaluating(model) as hooks:
         for i, layer in enumerate(model.layers):
-            hooks.append(layer.input_layernorm.register_forward_pre_hook(acc.hook(2 * i)))
-            hooks.append(layer.post_attention_layernorm.register_forward_pre_hook(acc.hook(2 * i + 1)))
-        hooks.append(model.norm.register_forward_pre_hook(acc.hook(num_sublayers)))
+            hooks.append(layer.input_layernorm.register_forward_pre_hook(rms_hook(2 * i)))
+            hooks.append(layer.post_attention_layernorm.register_forward_pre_hook(rms_hook(2 * i + 1)))
+        hooks.append(model.norm.register_forward_pre_hook(rms_hook(num_sublayers)))
         for ids in batches:
             routing = model(ids, return_routing=True).routing or []
             if len(routing) != len(names):
@@ -118,7 +105,7 @@ def collect_depth_stats(model: AttnResLM, batches: Iterable[torch.Tensor]) -> De
         source_names=[list(n) for n in names],
         mean_weights=[(s / tokens).tolist() for s in weight_sums],
         max_weight=[None if m is None else m / tokens for m in max_sums],
-        hidden_rms=acc.rms(),
+        hidden_rms=[math.sqrt(s / n) if n else math.nan for s, n in zip(sum_sq, count)],
         num_tokens=tokens,
         entropy=[e / tokens for e in entropy_sums],
         effective_sources=[e / tokens for e in effective_sums],

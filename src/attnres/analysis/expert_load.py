@@ -9,29 +9,27 @@ from __future__ import annotations
 
 import torch
 
+from attnres.analysis.evaluating import evaluating
 from attnres.model import AttnResLM
 from attnres.model.sublayer_protocols import FeedForward
 
 
-@torch.no_grad()
 def collect_expert_loads(model: AttnResLM, batches: list[torch.Tensor]) -> list[list[float]]:
     """Per feed-forward that counts loads (a mixture-of-experts layer), in depth order, the share of
     assignments each expert received over `batches` (each (B, T) token ids); [] for a model without
     experts. The model is left as found; loads counted and not yet taken before the call are dropped."""
     feed_forwards = [m for m in model.modules() if isinstance(m, FeedForward)]
-    was_training = model.training
-    model.eval()
-    try:
-        for feed_forward in feed_forwards:
-            feed_forward.count_loads(True)
-            feed_forward.after_step(_summed_here, rate=0.0)
-        for batch in batches:
-            model(batch)
-        loads = [feed_forward.after_step(_summed_here, rate=0.0) for feed_forward in feed_forwards]
-    finally:
-        for feed_forward in feed_forwards:
-            feed_forward.count_loads(False)
-        model.train(was_training)
+    with evaluating(model):
+        try:
+            for feed_forward in feed_forwards:
+                feed_forward.count_loads(True)
+                feed_forward.after_step(_summed_here, rate=0.0)
+            for batch in batches:
+                model(batch)
+            loads = [feed_forward.after_step(_summed_here, rate=0.0) for feed_forward in feed_forwards]
+        finally:
+            for feed_forward in feed_forwards:
+                feed_forward.count_loads(False)
     return [(load / max(float(load.sum()), 1.0)).cpu().tolist() for load in loads if load is not None]
 
 

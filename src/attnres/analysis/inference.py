@@ -154,11 +154,12 @@ def _ratio(numerator: float, se: float) -> float:
     return 0.0 if numerator == 0.0 else math.copysign(math.inf, numerator)
 
 
-def _mean_sd_se(values: np.ndarray) -> tuple[float, float, float]:
-    """Mean, sample standard deviation (n - 1) and standard error of the mean."""
-    mean = float(values.mean())
-    sd = float(values.std(ddof=1))
-    return mean, sd, sd / math.sqrt(values.size)
+def _paired_summary(diffs: Sequence[float]) -> tuple[int, float, float, float, int]:
+    """n, mean, sample standard deviation (n - 1), standard error of the mean and degrees of freedom
+    (n - 1) of at least 2 finite `diffs`."""
+    values = _finite_values("diffs", diffs)
+    mean, sd = float(values.mean()), float(values.std(ddof=1))
+    return values.size, mean, sd, sd / math.sqrt(values.size), values.size - 1
 
 
 def paired_t(diffs: Sequence[float], alpha: float = 0.05) -> PairedTest:
@@ -172,13 +173,11 @@ def paired_t(diffs: Sequence[float], alpha: float = 0.05) -> PairedTest:
     from scipy.stats import t as student_t  # scipy.stats takes about a second to import
 
     alpha = _check_probability("alpha", alpha)
-    values = _finite_values("diffs", diffs)
-    mean, sd, se = _mean_sd_se(values)
-    df = values.size - 1
+    n, mean, sd, se, df = _paired_summary(diffs)
     t = _ratio(mean, se)
     half = float(student_t.isf(alpha / 2, df)) * se
     return PairedTest(
-        n=values.size, mean=mean, sd=sd, se=se, df=df, t=t,
+        n=n, mean=mean, sd=sd, se=se, df=df, t=t,
         p_two_sided=min(1.0, 2.0 * float(student_t.sf(abs(t), df))),
         p_less=float(student_t.cdf(t, df)), p_greater=float(student_t.sf(t, df)),
         ci=(mean - half, mean + half), alpha=alpha)
@@ -228,15 +227,13 @@ def tost_paired(diffs: Sequence[float], margin: float, alpha: float = 0.05) -> E
     margin = float(margin)
     if not (math.isfinite(margin) and margin > 0.0):
         raise InputError(f"margin must be positive and finite, got {margin!r}")
-    values = _finite_values("diffs", diffs)
-    mean, sd, se = _mean_sd_se(values)
-    df = values.size - 1
+    n, mean, sd, se, df = _paired_summary(diffs)
     t_lower, t_upper = _ratio(mean + margin, se), _ratio(mean - margin, se)
     p_lower, p_upper = float(student_t.sf(t_lower, df)), float(student_t.cdf(t_upper, df))
     p = max(p_lower, p_upper)
     half = float(student_t.isf(alpha, df)) * se
     return Equivalence(
-        n=values.size, mean=mean, sd=sd, se=se, df=df, margin=margin, t_lower=t_lower, p_lower=p_lower,
+        n=n, mean=mean, sd=sd, se=se, df=df, margin=margin, t_lower=t_lower, p_lower=p_lower,
         t_upper=t_upper, p_upper=p_upper, p=p, equivalent=p < alpha, ci=(mean - half, mean + half), alpha=alpha)
 
 

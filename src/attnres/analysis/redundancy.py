@@ -60,8 +60,7 @@ def collect_source_cosines(model: AttnResLM, batches: Iterable[torch.Tensor]) ->
     `standard` (no forward is run); a stream mixer's sources are its n streams. Routers are observed
     through forward pre-hooks, which see the list of sources each router is called with: every
     routing path (reference, fast, two-phase block routing) calls each router as a module once per
-    forward. The training flag and the hooks
-    are restored afterwards, also when a forward or a hook raises.
+    forward. The training flag and the hooks are restored afterwards, also when a forward or a hook raises.
     """
     residual = model.residual
     routers = list(model.routers)

@@ -13,10 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-
-def _as_float(weights: torch.Tensor) -> torch.Tensor:
-    """fp32 at least (bf16/fp16 weights would round the log terms); float64 stays float64."""
-    return weights if weights.dtype == torch.float64 else weights.float()
+from attnres.analysis.sharpness import mean_max_weight
 
 
 def routing_entropy(weights: torch.Tensor) -> torch.Tensor:
@@ -30,7 +27,7 @@ def routing_entropy(weights: torch.Tensor) -> torch.Tensor:
     """
     if weights.dim() < 1 or weights.shape[-1] < 1:
         raise ValueError(f"weights must have a non-empty last (source) axis, got shape {tuple(weights.shape)}")
-    weights = _as_float(weights)
+    weights = weights if weights.dtype == torch.float64 else weights.float()  # bf16 would round the log terms
     shares = weights / weights.sum(-1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
     entropy = torch.special.entr(shares).sum(-1)  # entr(x) = -x ln x, entr(0) = 0
     return entropy.masked_fill((weights < 0).any(-1), float("nan"))
@@ -73,15 +70,11 @@ def summarize_routers(routing: Sequence[torch.Tensor]) -> list[RouterSummary]:
     `collect_depth_stats` (its `entropy` and `effective_sources` fields).
     """
     summaries = []
-    for w in routing:
+    for w, max_weight in zip(routing, mean_max_weight(routing)):
         n = w.shape[-1]
-        w = _as_float(w.detach())
-        entropy = routing_entropy(w).double()
+        entropy = routing_entropy(w.detach()).double()
         mean_entropy = float(entropy.mean())
         summaries.append(RouterSummary(
-            num_sources=n,
-            entropy=mean_entropy,
-            effective_sources=float(entropy.exp().mean()),
-            max_weight=None if n < 2 else float(w.amax(-1).double().mean()),
-            normalized_entropy=None if n < 2 else mean_entropy / math.log(n)))
+            num_sources=n, entropy=mean_entropy, effective_sources=float(entropy.exp().mean()),
+            max_weight=max_weight, normalized_entropy=None if n < 2 else mean_entropy / math.log(n)))
     return summaries

@@ -103,9 +103,8 @@ class BenchConfig:
         check_preset(self.preset)
         check_bool(self.quick, OPTION_NAMES["quick"])
         check_bool(self.compiled_decode, OPTION_NAMES["compiled_decode"], yaml=True)
-        object.__setattr__(self, "variants", tuple(self.variants))
-        object.__setattr__(self, "depths", tuple(self.depths))
-        object.__setattr__(self, "options", tuple(self.options))
+        for name in ("variants", "depths", "options"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         self._check_options()
         for name in ("hidden_size", "num_layers", "seq_len", "batch_size", "vocab_size",
                      "sweep_hidden", "sweep_seq_len", "decode_tokens", "router_sources", "router_batch"):
@@ -251,21 +250,21 @@ def preset_path(preset: str) -> Path:
 def load_settings(path: str | Path) -> dict:
     """The settings a preset or overlay YAML file holds: a mapping of BenchConfig field names to values."""
     values = read_yaml_mapping(path, "bench preset", "a mapping of settings")
-    _check_names(values, f"bench preset {path}")
+    _check_names(values, f"bench preset {path}: ")
     return values
 
 
 def parse_set_args(items: Sequence[str]) -> dict:
     """`key=value` strings (--set) -> {key: value}, each value parsed as YAML (12, [12, 24], null, fp32)."""
     values = dict(parse_assignment(item, "--set", "key=value (e.g. repeats=10)") for item in items)
-    _check_names(values, "--set")
+    _check_names(values, "--set: ")
     return values
 
 
-def _check_names(values: dict, source: str) -> None:
+def _check_names(values: dict, source: str = "") -> None:
     unknown = sorted(set(values) - set(SETTING_NAMES), key=str)
     if unknown:
-        raise InputError(f"{source}: unknown bench settings {unknown}; allowed: {sorted(SETTING_NAMES)}")
+        raise InputError(f"{source}unknown bench settings {unknown}; allowed: {sorted(SETTING_NAMES)}")
 
 
 # --quick: a tiny model and few tokens, a run of seconds (see the overlay file for the values).
@@ -281,9 +280,7 @@ def resolve_config(preset: str = DEFAULT_PRESET, quick: bool = False, set_args: 
     `variants` may be given as strings holding comma-separated names; `depths` as "12,24,48"
     (an empty string or "none" skips the depth sweep), or either as a sequence of such items.
     """
-    unknown = sorted(set(overrides) - set(SETTING_NAMES))
-    if unknown:
-        raise InputError(f"unknown bench settings {unknown}; allowed: {sorted(SETTING_NAMES)}")
+    _check_names(overrides)
     values = {**load_settings(preset_path(preset)), **(QUICK_VALUES if quick else {}), **parse_set_args(set_args)}
     values.update({k: v for k, v in overrides.items() if v is not None})
     if "variants" in values:

@@ -48,6 +48,22 @@ def build_model_config(config: BenchConfig, residual: str, hidden_size: int, num
                        max_seq_len=max_seq_len, **model_shape(hidden_size, config.architecture))
 
 
+def _runners(config: BenchConfig, hidden_size: int, num_layers: int, max_seq_len: int, batch: torch.Tensor,
+             decode_ids: torch.Tensor | None, device: torch.device) -> dict[str, VariantRunner]:
+    """A VariantRunner of standard and of every compared variant, once they are known to fit together."""
+    configs = {name: build_model_config(config, name, hidden_size, num_layers, max_seq_len)
+               for name in (BASELINE, *config.variants)}
+    check_runners_fit(configs, device)
+    return {name: VariantRunner(model, device, config.precision, batch, decode_ids, config.seed,
+                                config.routing_impl) for name, model in configs.items()}
+
+
+def _ratios(row: dict, base: dict, **timings: str) -> dict:
+    """{name: row's median of timing `key` / base's} for each name=key, then the memory ratios."""
+    return {**{name: ratio(row[key]["median_s"], base[key]["median_s"]) for name, key in timings.items()},
+            **memory_ratios(row["memory"], base["memory"])}
+
+
 def _inputs(config: BenchConfig, seq_len: int, decode_tokens: int, device: torch.device):
     generator = torch.Generator().manual_seed(config.seed)
     batch = torch.randint(0, config.vocab_size, (config.batch_size, seq_len), generator=generator)
@@ -72,12 +88,7 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
     names = (BASELINE, *config.variants)
     batch, decode_ids = _inputs(config, config.seq_len, config.decode_tokens, device)
     max_seq_len = config.seq_len + config.decode_tokens + 2  # + the compiled decode's prefill token and compile step
-    configs = {name: build_model_config(config, name, config.hidden_size, config.num_layers, max_seq_len)
-               for name in names}
-    check_runners_fit(configs, device)
-    runners = {name: VariantRunner(configs[name], device, config.precision, batch, decode_ids, config.seed,
-                                   config.routing_impl)
-               for name in names}
+    runners = _runners(config, config.hidden_size, config.num_layers, max_seq_len, batch, decode_ids, device)
     tasks = [Task(f"{name}/train", runners[name].train_step) for name in names]
     tasks += [Task(f"{name}/prefill", runners[name].prefill) for name in names]
     tasks += [Task(f"{name}/decode", runners[name].decode, setup=runners[name].decode_setup,
@@ -107,19 +118,15 @@ def run_model_bench(config: BenchConfig, log: Callable[[str], object] = print) -
             "memory": memory[name],
         }
         if config.compiled_decode:
-            results[name]["decode_compiled_per_token_s"] = timings[f"{name}/decode_compiled"].to_dict()
-            results[name]["decode_compile_s"] = runner.compile_s
-            results[name]["decode_compiled_bytes_per_step"] = runner.decode_bytes_per_step
-            results[name]["decode_compiled_gb_per_s"] = (
-                runner.decode_bytes_per_step / timings[f"{name}/decode_compiled"].median / GB)
+            compiled = timings[f"{name}/decode_compiled"]
+            results[name].update(decode_compiled_per_token_s=compiled.to_dict(),
+                                 decode_compile_s=runner.compile_s,
+                                 decode_compiled_bytes_per_step=runner.decode_bytes_per_step,
+                                 decode_compiled_gb_per_s=runner.decode_bytes_per_step / compiled.median / GB)
     base = results[BASELINE]
     for name, row in results.items():
-        row["ratios"] = {
-            "train_step": ratio(row["train_step_s"]["median_s"], base["train_step_s"]["median_s"]),
-            "prefill": ratio(row["prefill_s"]["median_s"], base["prefill_s"]["median_s"]),
-            "decode_per_token": ratio(row["decode_per_token_s"]["median_s"], base["decode_per_token_s"]["median_s"]),
-            **memory_ratios(row["memory"], base["memory"]),
-        }
+        row["ratios"] = _ratios(row, base, train_step="train_step_s", prefill="prefill_s",
+                                decode_per_token="decode_per_token_s")
         if config.compiled_decode:
             compiled, base_compiled = (r["decode_compiled_per_token_s"]["median_s"] for r in (row, base))
             row["ratios"]["decode_compiled_per_token"] = ratio(compiled, base_compiled)
@@ -143,23 +150,13 @@ def run_depth_sweep(config: BenchConfig, log: Callable[[str], object] = print) -
     batch, _ = _inputs(config, config.sweep_seq_len, 0, device)
     sweep = []
     for depth in config.depths:
-        configs = {name: build_model_config(config, name, config.sweep_hidden, depth, config.sweep_seq_len)
-                   for name in names}
-        check_runners_fit(configs, device)
-        runners = {name: VariantRunner(configs[name], device, config.precision, batch, None, config.seed,
-                                       config.routing_impl)
-                   for name in names}
-        label = f"depth {depth}: "
+        runners = _runners(config, config.sweep_hidden, depth, config.sweep_seq_len, batch, None, device)
         timings = run_interleaved([Task(name, runners[name].train_step) for name in names], config.repeats,
-                                  config.warmup, sync=device_sync(device), log=log, label=label)
-        rows = {}
-        for name in names:
-            rows[name] = {"name": runners[name].config.variant, "train_step_s": timings[name].to_dict(),
-                          "memory": runners[name].memory()}
-        base = rows[BASELINE]
+                                  config.warmup, sync=device_sync(device), log=log, label=f"depth {depth}: ")
+        rows = {name: {"name": runner.config.variant, "train_step_s": timings[name].to_dict(),
+                       "memory": runner.memory()} for name, runner in runners.items()}
         for row in rows.values():
-            row["ratios"] = {"train_step": ratio(row["train_step_s"]["median_s"], base["train_step_s"]["median_s"]),
-                             **memory_ratios(row["memory"], base["memory"])}
+            row["ratios"] = _ratios(row, rows[BASELINE], train_step="train_step_s")
         sweep.append({"num_layers": depth, "variants": rows})
         del runners
         release_memory(device)

@@ -20,12 +20,6 @@ def write_report(results: dict, out_dir: str | Path) -> tuple[Path, Path]:
     return json_path, md_path
 
 
-def _cpu_kernels(machine: dict) -> str:
-    """", ATen CPU kernels AVX512, native bf16: yes, allocator: libc" where the machine record has them
-    (older ones do not)."""
-    return "".join(f", {fact}" for fact in cpu_facts(machine))
-
-
 def _ms(seconds: float | None) -> str:
     if seconds is None:
         return "-"
@@ -53,7 +47,7 @@ def format_markdown(results: dict) -> str:
              f"Command: `{results['command']}`", "",
              f"Machine: torch {machine['torch']}, device {machine['device']} ({machine['device_name']}), "
              f"{machine['threads']} torch threads, {machine['cpu_count']} CPUs, Python {machine['python']}, "
-             f"{machine['platform']}{_cpu_kernels(machine)}.", "",
+             f"{machine['platform']}{''.join(f', {fact}' for fact in cpu_facts(machine))}.", "",
              "Settings: " + ("Kimi Linear (experts, latent and delta attention; attnres.bench.model_bench.model_shape), "
                              if config.get("architecture") == "kimi_linear" else "")
              + f"{config['precision']} precision, routing_impl={config['routing_impl']} "

@@ -68,15 +68,16 @@ def copy_bytes(numel: int, dtype: torch.dtype) -> int:
 
 
 class _BenchData:
-    """The benchmark's tensors: n sources (router_batch, seq_len, hidden_size) in the precision's dtype,
-    leaf copies that take gradients, query and key gain (D,), the output's gradient, and a copy pair
-    as large as all sources together."""
+    """The benchmark's tensors on config.device: n sources (router_batch, seq_len, hidden_size) in the
+    precision's dtype, leaf copies that take gradients, query and key gain (D,), the output's gradient,
+    and a copy pair as large as all sources together."""
 
-    def __init__(self, config: BenchConfig, device: torch.device) -> None:
+    def __init__(self, config: BenchConfig) -> None:
+        self.config, self.device = config, torch.device(config.device)
         self.dtype = torch.bfloat16 if config.precision == "bf16" else torch.float32
         self.shape = (config.router_batch, config.seq_len, config.hidden_size)
         self.n = config.router_sources
-        generator = torch.Generator().manual_seed(config.seed)
+        device, generator = self.device, torch.Generator().manual_seed(config.seed)
         self.sources = [torch.randn(self.shape, generator=generator).to(device=device, dtype=self.dtype)
                         for _ in range(self.n)]
         self.grad_sources = [s.detach().clone().requires_grad_(True) for s in self.sources]
@@ -88,8 +89,10 @@ class _BenchData:
                                                                                              dtype=self.dtype)
         self.copy_dst = torch.empty_like(self.copy_src)
 
-    def copy_task(self) -> Task:
-        return Task("copy", lambda: self.copy_dst.copy_(self.copy_src))
+    def describe(self) -> dict:
+        """{"n_sources", "shape", "dtype", "device"} of the results."""
+        return {"n_sources": self.n, "shape": list(self.shape),
+                "dtype": str(self.dtype).removeprefix("torch."), "device": str(self.device)}
 
     def route_tasks(self, route_fn: Callable, kwargs: dict, prefix: str = "") -> list[Task]:
         """Forward (no grad) and forward + backward of route_fn(query, gain, sources, EPS, **kwargs)."""
@@ -110,14 +113,26 @@ class _BenchData:
 
         return [Task(prefix + "forward", forward), Task(prefix + "forward_backward", forward_backward, setup=clear_grads)]
 
-    def rates(self, timings: dict, copy_rate: float, prefix: str = "") -> dict:
+    def time(self, tasks: list[Task], log: Callable[[str], object], what: str, more: str = "") -> tuple:
+        """A copy (first) and `tasks` timed in the same interleaved rounds, after a line naming `what` is
+        timed -> (timings by task name, the copy's {"bytes", "time", "bytes_per_s"})."""
+        log(f"router: {what} over {self.n} sources of {tuple(self.shape)} {self.dtype} on {self.device}"
+            f"{more}")
+        copy = Task("copy", lambda: self.copy_dst.copy_(self.copy_src))
+        timings = run_interleaved([copy, *tasks], self.config.repeats, self.config.warmup,
+                                  sync=device_sync(self.device), log=log, label="router: ")
+        moved = copy_bytes(self.copy_src.numel(), self.dtype)
+        return timings, {"bytes": moved, "time": timings["copy"].to_dict(),
+                         "bytes_per_s": moved / timings["copy"].median}
+
+    def rates(self, timings: dict, copy: dict, prefix: str = "") -> dict:
         """{"forward" / "forward_backward": {"bytes", "time", "bytes_per_s", "fraction_of_copy"}}."""
         result = {}
         for name, backward in (("forward", False), ("forward_backward", True)):
             moved = router_bytes(self.n, self.shape, self.dtype, backward=backward)
             rate = moved["total_bytes"] / timings[prefix + name].median
             result[name] = {"bytes": moved, "time": timings[prefix + name].to_dict(), "bytes_per_s": rate,
-                            "fraction_of_copy": rate / copy_rate}
+                            "fraction_of_copy": rate / copy["bytes_per_s"]}
         return result
 
 
@@ -133,23 +148,14 @@ def run_router_bench(config: BenchConfig, route_fn: Callable | None = None,
     "bytes_per_s"}, "forward" / "forward_backward": {"bytes": router_bytes(...), "time",
     "bytes_per_s", "fraction_of_copy"}}; times are {"median_s", "samples_s"}.
     """
-    device = torch.device(config.device)
     route_fn = route_fn or default_route_fn(config.routing_impl)
-    data = _BenchData(config, device)
+    data = _BenchData(config)
     kwargs = {"impl": config.routing_impl} if "impl" in _parameters(route_fn) else {}
     uses_impl = bool(kwargs) or getattr(route_fn, "uses_routing_impl", False)
-    tasks = [data.copy_task(), *data.route_tasks(route_fn, kwargs)]
-    log(f"router: {function_name(route_fn)} over {data.n} sources of {tuple(data.shape)} {data.dtype} on {device}")
-    timings = run_interleaved(tasks, config.repeats, config.warmup, sync=device_sync(device), log=log,
-                              label="router: ")
-    copy_total = copy_bytes(data.copy_src.numel(), data.dtype)
-    copy_rate = copy_total / timings["copy"].median
+    timings, copy = data.time(data.route_tasks(route_fn, kwargs), log, function_name(route_fn))
     return {"function": function_name(route_fn), "routing_impl": config.routing_impl,
-            "resolved_impl": resolve_impl(config.routing_impl, device) if uses_impl else None,
-            "n_sources": data.n, "shape": list(data.shape), "dtype": str(data.dtype).removeprefix("torch."),
-            "device": str(device), "copy": {"bytes": copy_total, "time": timings["copy"].to_dict(),
-                                            "bytes_per_s": copy_rate},
-            **data.rates(timings, copy_rate)}
+            "resolved_impl": resolve_impl(config.routing_impl, data.device) if uses_impl else None,
+            **data.describe(), "copy": copy, **data.rates(timings, copy)}
 
 
 def compare_router_impls(config: BenchConfig, impls: Sequence[str], log: Callable[[str], object] = print) -> dict:
@@ -160,23 +166,16 @@ def compare_router_impls(config: BenchConfig, impls: Sequence[str], log: Callabl
     Returns {"n_sources", "shape", "dtype", "device", "threads", "copy": {...}, "impls": {impl:
     {"resolved_impl", "forward": {...}, "forward_backward": {...}}}} with the fields of run_router_bench.
     """
-    device = torch.device(config.device)
-    data = _BenchData(config, device)
-    tasks = [data.copy_task()]
+    data = _BenchData(config)
+    tasks = []
     for impl in impls:
-        resolve_impl(impl, device)  # an unusable implementation fails before any timing
+        resolve_impl(impl, data.device)  # an unusable implementation fails before any timing
         tasks += data.route_tasks(default_route_fn(impl), {}, prefix=f"{impl}/")
-    log(f"router: {', '.join(impls)} over {data.n} sources of {tuple(data.shape)} {data.dtype} on {device}, "
-        f"{torch.get_num_threads()} threads")
-    timings = run_interleaved(tasks, config.repeats, config.warmup, sync=device_sync(device), log=log,
-                              label="router: ")
-    copy_total = copy_bytes(data.copy_src.numel(), data.dtype)
-    copy_rate = copy_total / timings["copy"].median
-    return {"n_sources": data.n, "shape": list(data.shape), "dtype": str(data.dtype).removeprefix("torch."),
-            "device": str(device), "threads": torch.get_num_threads(),
-            "copy": {"bytes": copy_total, "time": timings["copy"].to_dict(), "bytes_per_s": copy_rate},
-            "impls": {impl: {"resolved_impl": resolve_impl(impl, device), **data.rates(timings, copy_rate, f"{impl}/")}
-                      for impl in impls}}
+    threads = torch.get_num_threads()
+    timings, copy = data.time(tasks, log, ", ".join(impls), f", {threads} threads")
+    return {**data.describe(), "threads": threads, "copy": copy,
+            "impls": {impl: {"resolved_impl": resolve_impl(impl, data.device),
+                             **data.rates(timings, copy, f"{impl}/")} for impl in impls}}
 
 
 def format_comparison(result: dict) -> str:

@@ -88,10 +88,10 @@ def publish(tmp: Path, final: Path, state: dict, keep: int, hf_files: dict[str, 
     """Finish a checkpoint built in `tmp`: write state.json (and `hf_files`, {name: content}), flush
     everything to disk, rename `tmp` to `final` (replacing an older save of that step), keep the newest `keep`."""
     root = final.parent
-    write_json(tmp / "state.json", state)
+    (tmp / "state.json").write_text(json.dumps(state, indent=1))
     for name, content in (hf_files or {}).items():
         (tmp / name).write_bytes(content)
-    for file in tmp.iterdir():  # data on disk before the rename makes it visible
+    for file in tmp.iterdir():  # data on disk (state.json included) before the rename makes it visible
         _fsync(file)
     _fsync(tmp)
     if final.exists():  # re-saving a step (e.g. after a resume): replace it whole
@@ -198,14 +198,6 @@ def parameter_names(model, optimizer) -> list[list[str]]:
     what lets a checkpoint's optimizer state, stored by position, be read back by name."""
     names = {id(param): name for name, param in model.named_parameters()}
     return [[names[id(param)] for param in group["params"]] for group in optimizer.param_groups]
-
-
-def write_json(path: Path, value: dict) -> None:
-    """JSON to `path`, flushed to disk (inside a checkpoint's temporary directory, published whole later)."""
-    with open(path, "w") as handle:
-        json.dump(value, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
 
 
 def _fsync(path: Path) -> None:

@@ -12,6 +12,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from attnres.common.json_files import JSONFileError, read_json_object
 from attnres.data import Tokenizer
 from attnres.model import ModelConfig
 
@@ -39,14 +40,10 @@ def generation_defaults(token_ids: dict, source: dict | None = None) -> dict:
 
 def read_generation_config(directory: str | Path) -> dict | None:
     """A model directory's generation_config.json as a dict; None when it has none or it is not an object."""
-    path = Path(directory) / GENERATION_CONFIG_FILE
-    if not path.is_file():
-        return None
     try:
-        values = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return read_json_object(Path(directory) / GENERATION_CONFIG_FILE, GENERATION_CONFIG_FILE)
+    except JSONFileError:
         return None
-    return values if isinstance(values, dict) else None
 
 
 def hf_directory_files(config: ModelConfig, tokenizer: Tokenizer, generation_source: dict | None = None

@@ -26,39 +26,34 @@ def save_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torch.op
     final = checkpoint_path(root, step)
     tmp = fresh_tmp_dir(root, f"{TMP_PREFIX}{final.name}-{os.getpid()}")
     try:
-        _save(tmp, final, model, optimizer, scheduler, run_config, extra, keep, hf_files, step)
+        with naming_failures(tmp / "model.safetensors"):
+            save_model(model, str(tmp / "model.safetensors"))
+        opt_state = optimizer.state_dict()
+        tensors = {f"optim.{pid}.{key}": value.detach().contiguous()
+                   for pid, entry in opt_state["state"].items() for key, value in entry.items()
+                   if isinstance(value, torch.Tensor)}
+        tensors["rng.torch"] = torch.get_rng_state()
+        if torch.cuda.is_available():
+            for i, rng in enumerate(torch.cuda.get_rng_state_all()):
+                tensors[f"rng.cuda.{i}"] = rng
+        with naming_failures(tmp / "trainer.safetensors"):
+            save_file(tensors, str(tmp / "trainer.safetensors"))
+        state = {
+            "format": FORMAT, "step": step, "run_config": run_config,
+            "scheduler": scheduler.state_dict(),
+            "optimizer": {"param_groups": opt_state["param_groups"],
+                          "param_names": parameter_names(model, optimizer),
+                          "scalars": {f"{pid}.{k}": v for pid, e in opt_state["state"].items()
+                                      for k, v in e.items() if not isinstance(v, torch.Tensor)}},
+            "extra": extra,
+            "files": {name: file_digest(tmp / name) for name in ("model.safetensors", "trainer.safetensors")},
+        }
+        with naming_failures(tmp):
+            publish(tmp, final, state, keep, hf_files)
     except BaseException:  # a full disk, an interrupt: the partial folder goes, the last whole checkpoint stays
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
-
-
-def _save(tmp: Path, final: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler, run_config: dict,
-          extra: dict, keep: int, hf_files: dict[str, bytes] | None, step: int) -> None:
-    with naming_failures(tmp / "model.safetensors"):
-        save_model(model, str(tmp / "model.safetensors"))
-    opt_state = optimizer.state_dict()
-    tensors = {f"optim.{pid}.{key}": value.detach().contiguous()
-               for pid, entry in opt_state["state"].items() for key, value in entry.items()
-               if isinstance(value, torch.Tensor)}
-    tensors["rng.torch"] = torch.get_rng_state()
-    if torch.cuda.is_available():
-        for i, rng in enumerate(torch.cuda.get_rng_state_all()):
-            tensors[f"rng.cuda.{i}"] = rng
-    with naming_failures(tmp / "trainer.safetensors"):
-        save_file(tensors, str(tmp / "trainer.safetensors"))
-    state = {
-        "format": FORMAT, "step": step, "run_config": run_config,
-        "scheduler": scheduler.state_dict(),
-        "optimizer": {"param_groups": opt_state["param_groups"],
-                      "param_names": parameter_names(model, optimizer),
-                      "scalars": {f"{pid}.{k}": v for pid, e in opt_state["state"].items()
-                                  for k, v in e.items() if not isinstance(v, torch.Tensor)}},
-        "extra": extra,
-        "files": {name: file_digest(tmp / name) for name in ("model.safetensors", "trainer.safetensors")},
-    }
-    with naming_failures(tmp):
-        publish(tmp, final, state, keep, hf_files)
 
 
 def restore_model(checkpoint: Checkpoint, model: nn.Module) -> None:
@@ -77,17 +72,11 @@ def restore_training(checkpoint: Checkpoint, optimizer: torch.optim.Optimizer, s
     into an optimizer over the same parameters in the same order."""
     tensors = read_trainer_tensors(checkpoint)
     saved = checkpoint.state["optimizer"]
-    per_param: dict[int, dict] = {}
     try:
-        for key, value in tensors.items():
-            if key.startswith("optim."):
-                _, pid, name = key.split(".", 2)
-                per_param.setdefault(int(pid), {})[name] = value
         for key, value in saved["scalars"].items():
-            pid, name = key.split(".", 1)
             if not _same_kind(value, 0.0):
                 raise ValueError(f"optimizer scalar {key!r} is {value!r}, not a number")
-            per_param.setdefault(int(pid), {})[name] = value
+        per_param = optimizer_state_by_position(tensors, saved["scalars"])
         current = optimizer.state_dict()["param_groups"]
         if not _same_kind(saved["param_groups"], current):
             raise ValueError(f"param_groups {saved['param_groups']!r:.200} do not match the optimizer's "
@@ -126,6 +115,17 @@ def _same_kind(saved, current) -> bool:
     if isinstance(current, dict):
         return isinstance(saved, dict) and all(_same_kind(saved[key], current[key]) for key in saved.keys() & current)
     return isinstance(saved, type(current))
+
+
+def optimizer_state_by_position(tensors: dict[str, torch.Tensor], scalars: dict) -> dict[int, dict]:
+    """{parameter position: {state name: value}} from trainer.safetensors' "optim.<pos>.<name>" tensors
+    and state.json's optimizer "scalars" ("<pos>.<name>")."""
+    state: dict[int, dict] = {}
+    entries = [(key.removeprefix("optim."), v) for key, v in tensors.items() if key.startswith("optim.")]
+    for key, value in entries + list(scalars.items()):
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = value
+    return state
 
 
 def read_trainer_tensors(checkpoint: Checkpoint) -> dict[str, torch.Tensor]:

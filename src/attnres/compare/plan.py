@@ -168,16 +168,16 @@ class ProtocolPlan:
         return f"torchrun --standalone --nproc-per-node {self.gpus_per_run}"
 
 
-def vocab_size_of(run: RunConfig) -> int:
+def vocab_size_of(run: RunConfig, error: type[RunConfigError] = RunConfigError) -> int:
     """The vocabulary a planned model has: model.vocab_size when stated, else a BPE's data.vocab_size (its
     most: a BPE trained on a small corpus may have fewer). A pretrained tokenizer with vocab_size "auto" is
-    refused: the plan counts parameters without reading any tokenizer."""
+    refused (`error`): a plan (this one, a scaling sweep's) counts parameters without reading a tokenizer."""
     if run.model.vocab_size != AUTO:
         return run.model.vocab_size
     if run.data.tokenizer != "bpe":
-        raise RunConfigError(f"run.model.vocab_size must be set with a pretrained tokenizer "
-                             f"(data.tokenizer {run.data.tokenizer!r}): the plan counts parameters without reading it; "
-                             f"allowed: a positive integer, or data.tokenizer 'bpe' with data.vocab_size")
+        raise error(f"run.model.vocab_size must be set with a pretrained tokenizer (data.tokenizer "
+                    f"{run.data.tokenizer!r}): the plan counts parameters without reading it; "
+                    f"allowed: a positive integer, or data.tokenizer 'bpe' with data.vocab_size")
     return run.data.vocab_size
 
 

@@ -22,8 +22,8 @@ class TokenBatches:
     """
 
     def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int) -> None:
-        _check_positive("seq_len", seq_len)
-        _check_positive("batch_size", batch_size)
+        check_int(seq_len, "seq_len", error=DataError)
+        check_int(batch_size, "batch_size", error=DataError)
         if not is_int(seed) or seed < 0:
             raise DataError(f"TokenBatches: seed must be a non-negative integer, got {seed!r}")
         self._windows = _windows(tokens, seq_len, "training")
@@ -81,10 +81,10 @@ def eval_batches(tokens: np.ndarray, seq_len: int, batch_size: int,
     The last partial batch is dropped; at most `max_batches` batches (None: all). Raises
     DataError when the stream holds less than one full batch.
     """
-    _check_positive("seq_len", seq_len)
-    _check_positive("batch_size", batch_size)
+    check_int(seq_len, "seq_len", error=DataError)
+    check_int(batch_size, "batch_size", error=DataError)
     if max_batches is not None:
-        _check_positive("max_batches", max_batches)
+        check_int(max_batches, "max_batches", error=DataError)
     windows = _windows(tokens, seq_len, "evaluation")
     count = windows.shape[0] // batch_size
     if count == 0:
@@ -106,7 +106,3 @@ def _windows(tokens: np.ndarray, seq_len: int, what: str) -> np.ndarray:
                         f"seq_len={seq_len}; use a smaller seq_len or more data")
     # A view, not a copy: `tokens` may be a memmap of a large cache file.
     return tokens[:count * seq_len].reshape(count, seq_len)
-
-
-def _check_positive(name: str, value: object) -> None:
-    check_int(value, name, error=DataError)

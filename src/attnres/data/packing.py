@@ -18,6 +18,7 @@ import numpy as np
 
 from attnres.common.atomic import publish, write_atomic
 from attnres.data.data_error import DataError
+from attnres.data.hashing import digest
 from attnres.data.tokenizer import Tokenizer
 
 CACHE_FORMAT = 1
@@ -70,7 +71,7 @@ def _alive(pid: int) -> bool:
 def stream_digest(tokens: np.ndarray, meta: dict[str, Any]) -> str:
     """The blake2b digest of a cached stream's bytes: from its metadata, or computed for a stream
     cached before digests were recorded."""
-    return meta.get("digest") or hashlib.blake2b(np.ascontiguousarray(tokens).tobytes(), digest_size=16).hexdigest()
+    return meta.get("digest") or digest(np.ascontiguousarray(tokens).tobytes(), size=16)
 
 
 def _encode_chunk(texts: list[str], tokenizer: Tokenizer, dtype: np.dtype) -> np.ndarray:

@@ -62,7 +62,7 @@ def prepare_data(config: DataConfig, run_dir: str | os.PathLike[str] | None = No
     split_params = {"val_fraction": float(config.val_fraction), "salt": config.split_salt}
     if config.test_fraction:  # absent at 0, so the caches made before the test split existed stay valid
         split_params["test_fraction"] = float(config.test_fraction)
-    splits = _splits(config)
+    splits = SPLITS if config.test_fraction else SPLITS[:2]
     tokenizer, documents = _tokenizer(config, root, identity, split_params)
     cache = TokenCache(root / "tokens")
     keys = {name: cache_key({"source": identity, "split": name, **split_params, "tokenizer": tokenizer.fingerprint})
@@ -89,10 +89,6 @@ def prepare_data(config: DataConfig, run_dir: str | os.PathLike[str] | None = No
         stats[f"{name}_digest"] = stream_digest(*loaded[name])
     test = loaded["test"][0] if "test" in loaded else None
     return PreparedData(tokenizer, loaded["train"][0], loaded["val"][0], stats, test)
-
-
-def _splits(config: DataConfig) -> tuple[str, ...]:
-    return SPLITS if config.test_fraction else SPLITS[:2]
 
 
 def _labelled(config: DataConfig) -> Iterable[tuple[str, str]]:

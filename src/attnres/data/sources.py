@@ -162,18 +162,15 @@ def _local_documents(config: DataConfig) -> Iterator[Document]:
     for path in local_files(root):
         suffix = path.suffix.lower()
         if suffix == ".txt":
-            yield Document(path.name if path == root else path.relative_to(root).as_posix(), _read_text(path))
+            try:
+                text = path.read_text(encoding="utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(f"{str(path)!r} is not valid UTF-8 text ({exc})") from exc
+            yield Document(path.name if path == root else path.relative_to(root).as_posix(), text)
         elif suffix == ".jsonl":
             yield from _jsonl_documents(path, config)
         else:
             yield from _parquet_documents(path, config)
-
-
-def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{str(path)!r} is not valid UTF-8 text ({exc})") from exc
 
 
 def _jsonl_documents(path: Path, config: DataConfig) -> Iterator[Document]:

@@ -5,11 +5,6 @@ from __future__ import annotations
 from attnres.data.hashing import unit_interval
 
 
-def _position(doc_id: str, salt: str) -> float:
-    # The separator keeps ("ab", "c") and ("a", "bc") apart.
-    return unit_interval(f"{salt}\x00{doc_id}")
-
-
 def is_validation(doc_id: str, fraction: float, salt: str) -> bool:
     """True when document `doc_id` belongs to the validation split.
 
@@ -17,7 +12,7 @@ def is_validation(doc_id: str, fraction: float, salt: str) -> bool:
     machine, independent of the order documents arrive in, and growing `fraction` only moves
     documents from train to validation.
     """
-    return _position(doc_id, salt) < fraction
+    return split_of(doc_id, fraction, salt) == "val"
 
 
 def split_of(doc_id: str, val_fraction: float, salt: str, test_fraction: float = 0.0) -> str:
@@ -28,7 +23,7 @@ def split_of(doc_id: str, val_fraction: float, salt: str, test_fraction: float =
     changes the validation documents (it takes its documents from training), and growing
     test_fraction only moves documents from train to test.
     """
-    position = _position(doc_id, salt)
+    position = unit_interval(f"{salt}\x00{doc_id}")  # the separator keeps ("ab", "c") and ("a", "bc") apart
     if position < val_fraction:
         return "val"
     return "test" if position < val_fraction + test_fraction else "train"

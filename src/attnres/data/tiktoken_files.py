@@ -37,8 +37,8 @@ from attnres.common.json_files import read_json_object
 from attnres.data.data_error import DataError
 
 TIKTOKEN_FILE = "tiktoken.model"
-_TOKENIZER_FILE = "tokenizer.json"  # the names of data/tokenizer.py, which imports this module
-_CONFIG_FILE = "tokenizer_config.json"
+TOKENIZER_FILE = "tokenizer.json"  # a fast tokenizer's files (data/tokenizer.py takes the names from here)
+CONFIG_FILE = "tokenizer_config.json"
 
 # Kimi's split regex as `tokenization_kimi.py` publishes it (Kimi Linear, Kimi K2; the `pat_str` of
 # its TikTokenTokenizer): runs of Han characters first, then words with Han subtracted from the letter
@@ -143,7 +143,7 @@ def split_pattern(source: str | os.PathLike[str]) -> str:
     return KIMI_PATTERN
 
 
-def special_tokens(config: dict, num_ranks: int, where: str = _CONFIG_FILE) -> dict[int, dict]:
+def special_tokens(config: dict, num_ranks: int, where: str = CONFIG_FILE) -> dict[int, dict]:
     """{id: added-token fields} for every id from num_ranks up, Kimi's layout (`SPECIAL_SLOTS`): the
     entries of config's `added_tokens_decoder`, `<|reserved_token_ID|>` where it declares none."""
     declared = config.get("added_tokens_decoder") or {}
@@ -181,7 +181,7 @@ def build_fast_tokenizer(source: str | os.PathLike[str]):
         raise DataError(f"tokenizer: the split pattern of {str(source)!r} does not compile in the tokenizers "
                         f"library ({exc}); convert its tokenizer yourself and put tokenizer.json beside "
                         f"{TIKTOKEN_FILE}") from exc
-    specials = special_tokens(_source_config(source), len(ranks), str(source / _CONFIG_FILE))
+    specials = special_tokens(_source_config(source), len(ranks), str(source / CONFIG_FILE))
 
     class _Ranks(TikTokenConverter):
         # the ranks come from read_ranks, so the converter needs no tiktoken package
@@ -200,34 +200,29 @@ def build_fast_tokenizer(source: str | os.PathLike[str]):
     return backend
 
 
-def fast_tokenizer_config(config: dict) -> dict:
-    """tokenizer_config.json for the built tokenizer: the source's fields (bos/eos/pad/unk, chat
-    template, lengths), the fast class instead of the remote one, no clean-up of decoded spaces."""
-    keep = {key: value for key, value in config.items()
-            if key not in ("auto_map", "tokenizer_class", "added_tokens_decoder", "vocab_file")}
-    # tiktoken decodes bytes as they are; transformers' clean-up would drop spaces before punctuation
-    return {**keep, "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False}
-
-
 def needs_building(source: str | os.PathLike[str]) -> bool:
     """Whether `source` is a directory with `TIKTOKEN_FILE` and no tokenizer.json of its own."""
     source = Path(source)
-    return (source / TIKTOKEN_FILE).is_file() and not (source / _TOKENIZER_FILE).is_file()
+    return (source / TIKTOKEN_FILE).is_file() and not (source / TOKENIZER_FILE).is_file()
 
 
 def fast_tokenizer_files(source: str | os.PathLike[str]) -> dict[str, str]:
     """{"tokenizer.json": ..., "tokenizer_config.json": ...} built from the tiktoken tokenizer in
-    `source`; DataError in one line where they cannot be (bos/eos/pad/unk included)."""
+    `source`; DataError in one line where they cannot be (bos/eos/pad/unk included). The config keeps
+    the source's fields (bos/eos/pad/unk, chat template, lengths) but names the fast class."""
     backend = build_fast_tokenizer(source)
-    config = fast_tokenizer_config(_source_config(Path(source)))
+    config = {key: value for key, value in _source_config(Path(source)).items()
+              if key not in ("auto_map", "tokenizer_class", "added_tokens_decoder", "vocab_file")}
+    # tiktoken decodes bytes as they are; transformers' clean-up would drop spaces before punctuation
+    config.update(tokenizer_class="PreTrainedTokenizerFast", clean_up_tokenization_spaces=False)
     for role in ("bos_token", "eos_token", "pad_token", "unk_token"):
         token = config.get(role)
         token = token.get("content") if isinstance(token, dict) else token
         if token is not None and backend.token_to_id(token) is None:
             raise DataError(f"tokenizer: {role} {token!r} of {str(source)!r} is in neither {TIKTOKEN_FILE} nor "
-                            f"added_tokens_decoder; fix its {_CONFIG_FILE}")
-    return {_TOKENIZER_FILE: backend.to_str(pretty=True),
-            _CONFIG_FILE: json.dumps(config, indent=2, ensure_ascii=False) + "\n"}
+                            f"added_tokens_decoder; fix its {CONFIG_FILE}")
+    return {TOKENIZER_FILE: backend.to_str(pretty=True),
+            CONFIG_FILE: json.dumps(config, indent=2, ensure_ascii=False) + "\n"}
 
 
 def check_tiktoken_source(source: str | os.PathLike[str]) -> None:
@@ -247,5 +242,5 @@ def write_fast_tokenizer(source: str | os.PathLike[str], directory: str | os.Pat
 
 def _source_config(source: Path) -> dict:
     # beside tiktoken.model, the only record of the special tokens and the chat template
-    return read_json_object(source / _CONFIG_FILE, "tokenizer", error=DataError,
-                            hint=f"copy the checkpoint's original {_CONFIG_FILE} beside its {TIKTOKEN_FILE}")
+    return read_json_object(source / CONFIG_FILE, "tokenizer", error=DataError,
+                            hint=f"copy the checkpoint's original {CONFIG_FILE} beside its {TIKTOKEN_FILE}")

@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer as _BackendTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from attnres.common.atomic import atomic_file, write_atomic
+from attnres.common.atomic import write_atomic
 from attnres.common.checks import check_int
 from attnres.data.data_error import DataError
 from attnres.data.hashing import digest
-from attnres.data.tiktoken_files import build_fast_tokenizer, needs_building, write_fast_tokenizer
+from attnres.data.tiktoken_files import (CONFIG_FILE, TOKENIZER_FILE, build_fast_tokenizer, needs_building,
+                                         write_fast_tokenizer)
 
 EOS_TOKEN = "<|endoftext|>"
-TOKENIZER_FILE = "tokenizer.json"
-CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 # What a Hugging Face tokenizer directory may hold: copied whole when a pretrained tokenizer is
 # saved again, so its chat template, BOS and padding tokens survive into runs and checkpoints.
@@ -129,11 +127,18 @@ class Tokenizer:
                 backend = _BackendTokenizer.from_file(str(directory / TOKENIZER_FILE))
             except Exception as exc:  # noqa: BLE001 - the Rust side raises plain Exception
                 raise DataError(f"tokenizer: cannot read {directory / TOKENIZER_FILE}: {exc}") from exc
-            return cls(backend, _eos_from_files(directory, backend), source=directory)
-        if needs_building(directory):  # Kimi's tiktoken.model: rebuilt, its remote code never run
+        elif needs_building(directory):  # Kimi's tiktoken.model: rebuilt, its remote code never run
             backend = build_fast_tokenizer(directory)
-            return cls(backend, _eos_from_files(directory, backend), source=directory)
-        return _load_transformers(directory)
+        else:
+            return _load_transformers(directory)
+        eos = _declared_tokens(directory).get("eos_token")
+        special = {t.content for t in backend.get_added_tokens_decoder().values() if t.special}
+        if eos is None and EOS_TOKEN in special:
+            eos = EOS_TOKEN
+        if eos is None:
+            raise DataError(f"tokenizer: {str(directory)!r} defines no EOS token; add \"eos_token\" to its "
+                            f"{CONFIG_FILE} (the token documents are separated with)")
+        return cls(backend, eos, source=directory)
 
 
 def copy_tokenizer_files(source: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[str]:
@@ -145,8 +150,7 @@ def copy_tokenizer_files(source: str | os.PathLike[str], directory: str | os.Pat
     copied = list(built)
     for name in TOKENIZER_FILES:
         if name not in built and (Path(source) / name).is_file():
-            with open(Path(source) / name, "rb") as src, atomic_file(Path(directory) / name, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            write_atomic(Path(directory) / name, (Path(source) / name).read_bytes())
             copied.append(name)
     return copied
 
@@ -187,17 +191,6 @@ def _declared_tokens(directory: Path) -> dict[str, str]:
             if isinstance(token, str) and token:
                 declared.setdefault(f"{role}_token", token)
     return declared
-
-
-def _eos_from_files(directory: Path, backend: _BackendTokenizer) -> str:
-    token = _declared_tokens(directory).get("eos_token")
-    if token is not None:
-        return token
-    special = {t.content for t in backend.get_added_tokens_decoder().values() if t.special}
-    if EOS_TOKEN in special:
-        return EOS_TOKEN
-    raise DataError(f"tokenizer: {str(directory)!r} defines no EOS token; add \"eos_token\" to its "
-                    f"{CONFIG_FILE} (the token documents are separated with)")
 
 
 def _load_transformers(directory: Path) -> Tokenizer:

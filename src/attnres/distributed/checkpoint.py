@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_optim
 
 from attnres.checkpoint.format import (DCP_FORMAT, TMP_PREFIX, Checkpoint, CheckpointError, checkpoint_path,
                                        file_digest, fresh_tmp_dir, latest_checkpoint, publish, verify_files)
-from attnres.checkpoint.single import read_trainer_tensors, restore_training
+from attnres.checkpoint.single import optimizer_state_by_position, read_trainer_tensors, restore_training
 from attnres.distributed.env import all_gather_objects, barrier, current_env, is_main
 
 
@@ -49,7 +49,8 @@ def save_dcp_checkpoint(root: Path, step: int, model: nn.Module, optimizer: torc
     model_state, optim_state = get_state_dict(model, optimizer)  # local shards, nothing gathered
     dcp.save({"model": model_state, "optim": optim_state["state"], "rng": {"torch": torch.get_rng_state()}},
              checkpoint_id=tmp)
-    files = _digests_split_over_ranks(tmp, sorted(p.name for p in tmp.iterdir()))
+    mine = {name: file_digest(tmp / name) for name in _my_share(sorted(p.name for p in tmp.iterdir()))}
+    files = dict(sorted(item for part in all_gather_objects(mine) for item in part.items()))
     param_groups = _merged_param_groups(optim_state["param_groups"])
     if is_main():
         env = current_env()
@@ -81,8 +82,8 @@ def load_model_state(checkpoint: Checkpoint, model: nn.Module) -> None:
     """Load a DCP checkpoint's weights into a plain (unsharded) `model`; every name and shape must
     match. A collective when a process group is initialised (every rank reads the whole model)."""
     state = model.state_dict()  # tensors share storage with the parameters: DCP loads in place
-    saved = {key.removeprefix("model."): meta for key, meta in _read_metadata(checkpoint).state_dict_metadata.items()
-             if key.startswith("model.")}
+    metadata = _read_metadata(checkpoint.path / ".metadata").state_dict_metadata
+    saved = {key.removeprefix("model."): meta for key, meta in metadata.items() if key.startswith("model.")}
     missing, unexpected = sorted(set(state) - set(saved)), sorted(set(saved) - set(state))
     if missing or unexpected:
         raise CheckpointError(f"checkpoint {checkpoint.path} does not fit this model: missing {missing}, "
@@ -99,6 +100,7 @@ def restore_training_state(checkpoint: Checkpoint, model: nn.Module, optimizer: 
     """Optimizer moments, scheduler position and RNG state from a checkpoint of either format into
     the optimizer of `model` (plain, DDP's inner module or FSDP-sharded), at any world size. An
     optimizer over part of the model (a pipeline rank's stages) takes the state of its parameters."""
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     if checkpoint.is_dcp:
         current = get_optimizer_state_dict(model, optimizer)  # the structure to fill, sharded as now
         request = {"optim": current["state"], "rng": {"torch": torch.get_rng_state()}}
@@ -106,8 +108,8 @@ def restore_training_state(checkpoint: Checkpoint, model: nn.Module, optimizer: 
         full = False
         optim_state = {"state": request["optim"], "param_groups": checkpoint.state["optimizer"]["param_groups"]}
         rng = request["rng"]["torch"]
-    elif not any(isinstance(p, DTensor) for p in model.parameters()) and _holds_every_parameter(model, optimizer):
-        restore_training(checkpoint, optimizer, scheduler)  # whole parameters: the single-process reader
+    elif all(id(p) in held and not isinstance(p, DTensor) for p in model.parameters()):
+        restore_training(checkpoint, optimizer, scheduler)  # all parameters, whole: the single-process reader
         return
     else:  # a single-process checkpoint into sharded parameters or part of the model: by name, whole tensors
         optim_state, rng = _named_optimizer_state(checkpoint)
@@ -133,19 +135,10 @@ def _named_optimizer_state(checkpoint: Checkpoint):
                               f"continue with this parallel mode")
     order = [name for names in saved["param_names"] for name in names]
     tensors = read_trainer_tensors(checkpoint)
-    state: dict[str, dict] = {}
-    entries = [(key.removeprefix("optim."), value) for key, value in tensors.items() if key.startswith("optim.")]
-    for key, value in entries + list(saved["scalars"].items()):
-        pid, name = key.split(".", 1)
-        state.setdefault(order[int(pid)], {})[name] = value
+    by_position = optimizer_state_by_position(tensors, saved["scalars"])
+    state = {order[pid]: entry for pid, entry in by_position.items()}
     groups = [{**group, "params": [order[pid] for pid in group["params"]]} for group in saved["param_groups"]]
     return {"state": state, "param_groups": groups}, tensors["rng.torch"]
-
-
-def _holds_every_parameter(model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
-    """Whether `optimizer` updates every parameter of `model` (so state saved by position fits it)."""
-    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
-    return all(id(p) in held for p in model.parameters())
 
 
 def _merged_param_groups(groups: list[dict]) -> list[dict]:
@@ -177,14 +170,6 @@ def _my_share(names: list[str]) -> list[str]:
     return names[env.rank::env.world_size] if env else names
 
 
-def _digests_split_over_ranks(directory: Path, names: list[str]) -> dict:
-    """{name: digest} of every file, each hashed by one rank (r hashes names r, r + W, ...)."""
-    merged: dict = {}
-    for part in all_gather_objects({name: file_digest(directory / name) for name in _my_share(names)}):
-        merged.update(part)
-    return dict(sorted(merged.items()))
-
-
 # What DCP's .metadata pickle may name: its own metadata records, torch sizes, dtypes and layouts,
 # and paths. Anything else (a crafted file) is refused instead of executed.
 _METADATA_CLASSES = {
@@ -213,15 +198,11 @@ class _SafeReader(dcp.FileSystemReader):
     """DCP's file reader, but `.metadata` is first unpickled with _MetadataUnpickler."""
 
     def read_metadata(self, *args, **kwargs):
-        _read_metadata_file(Path(self.path) / ".metadata")  # raises before anything unsafe is unpickled
+        _read_metadata(Path(self.path) / ".metadata")  # raises before anything unsafe is unpickled
         return super().read_metadata(*args, **kwargs)
 
 
-def _read_metadata(checkpoint: Checkpoint):
-    return _read_metadata_file(checkpoint.path / ".metadata")
-
-
-def _read_metadata_file(path: Path):
+def _read_metadata(path: Path):
     try:
         with open(path, "rb") as handle:
             return _MetadataUnpickler(handle).load()

@@ -1,9 +1,6 @@
-"""The Checkpointer: one object that saves and restores a run's checkpoints in the right format.
-
-A run on one process writes the safetensors format (`attnres.checkpoint.single`); a run wrapped
-for DDP, FSDP2 or a pipeline writes torch.distributed.checkpoint files from every rank
-(`attnres.distributed.checkpoint`). Either format is read back at any world size and in any
-parallel mode, so the training loop never asks which one it has.
+"""The Checkpointer: one object that saves a run's checkpoints in the format its parallelism writes
+(`attnres.checkpoint.single` or `attnres.distributed.checkpoint`) and reads either back at any world
+size and in any parallel mode, so the training loop never asks which one it has.
 """
 
 from __future__ import annotations
@@ -65,9 +62,7 @@ class Checkpointer:
         return _dcp().save_dcp_checkpoint(self.root, step, model, optimizer, scheduler, run_config, extra,
                                           self.keep, self.parallel)
 
-    def restore_model(self, checkpoint: Checkpoint, model: nn.Module) -> None:
-        """Weights of either format into the whole `model` (before any sharding)."""
-        restore_model(checkpoint, model)
+    restore_model = staticmethod(restore_model)  # either format into the whole model, before any sharding
 
     def restore_training(self, checkpoint: Checkpoint, model: nn.Module, optimizer: torch.optim.Optimizer,
                          scheduler) -> None:

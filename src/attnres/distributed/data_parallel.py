@@ -91,13 +91,10 @@ class DataParallel(ParallelModel):
                 param.grad.div_(dist.get_world_size())
 
     def clip_grad_norm(self, max_norm: float | None) -> float:
-        """Scale the model's gradients so their global L2 norm is at most max_norm (None: only
-        measure); returns the norm before clipping, identical on every rank.
-
-        DDP's gradients are equal on every rank after its all-reduce, so the local norm is global.
-        FSDP's are DTensor shards: torch computes their norm over the full tensors, but only over
-        DTensors or plain tensors, not a mix, so a mix (FSDP with replicated gates) is measured in
-        two parts and combined."""
+        """`ParallelModel.clip_grad_norm`. DDP's gradients are equal on every rank after its all-reduce,
+        so the local norm is global. FSDP's are DTensor shards: torch computes their norm over the full
+        tensors, but only over DTensors or plain tensors, not a mix, so a mix (FSDP with replicated
+        gates) is measured in two parts and combined."""
         grads = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = max_norm if max_norm is not None else float("inf")
         plain = [p for p in grads if not _is_dtensor(p.grad)] if self.mode == "fsdp" else grads

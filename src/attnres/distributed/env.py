@@ -113,11 +113,7 @@ def all_reduce_mean(value: float) -> float:
 
 def all_reduce_sum(value: float) -> float:
     """The sum of `value` over ranks, in float64 (itself in a single process), identical on every rank."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    tensor = torch.tensor([value], dtype=torch.float64, device=_collective_device())
-    dist.all_reduce(tensor)
-    return float(tensor)
+    return _float64_collective(value, dist.all_reduce)
 
 
 def all_reduce_tensor_sum(tensor: torch.Tensor) -> torch.Tensor:
@@ -130,11 +126,7 @@ def all_reduce_tensor_sum(tensor: torch.Tensor) -> torch.Tensor:
 
 def broadcast_value(value: float, src: int) -> float:
     """Rank `src`'s `value` on every rank (itself in a single process); the others' values are ignored."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return value
-    tensor = torch.tensor([value], dtype=torch.float64, device=_collective_device())
-    dist.broadcast(tensor, src=src)
-    return float(tensor)
+    return _float64_collective(value, lambda tensor: dist.broadcast(tensor, src=src))
 
 
 def all_gather_objects(value) -> list:
@@ -176,8 +168,12 @@ class Silent:
         return lambda *args, **kwargs: None
 
 
-def _collective_device() -> torch.device:
+def _float64_collective(value: float, collective) -> float:
+    """`collective` (in place) on `value` as a float64 tensor; `value` itself in a single process."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
     # NCCL reduces only CUDA tensors; gloo reduces CPU tensors.
-    if dist.get_backend() == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+    collective(tensor)
+    return float(tensor)

@@ -56,8 +56,9 @@ class PipelineSettings:
     def __post_init__(self) -> None:
         owner = type(self).__name__
         check_choice(self.schedule, f"{owner}.schedule", SCHEDULES, error=PipelineConfigError)
-        for name in self._positive_fields():
-            check_int(getattr(self, name), f"{owner}.{name}", error=PipelineConfigError)
+        for name in ("stages_per_rank", "num_microbatches", "microbatch_size", "seq_len"):
+            if hasattr(self, name):  # the last two are PipelineConfig's
+                check_int(getattr(self, name), f"{owner}.{name}", error=PipelineConfigError)
         if self.schedule in SINGLE_STAGE_SCHEDULES and self.stages_per_rank != 1:
             raise PipelineConfigError(
                 f"{owner}.stages_per_rank must be 1 for schedule={self.schedule!r} (one stage per rank); "
@@ -69,10 +70,6 @@ class PipelineSettings:
             object.__setattr__(self, "layers_per_stage", tuple(self.layers_per_stage))  # YAML gives a list
         for name in ("allow_partial_blocks", "cache"):
             check_bool(getattr(self, name), f"{owner}.{name}", error=PipelineConfigError)
-
-    @staticmethod
-    def _positive_fields() -> tuple[str, ...]:
-        return ("stages_per_rank", "num_microbatches")
 
     def with_shapes(self, microbatch_size: int, seq_len: int) -> "PipelineConfig":
         """These settings with micro-batches of (microbatch_size, seq_len) tokens: what build_pipeline takes."""
@@ -86,10 +83,6 @@ class PipelineConfig(PipelineSettings):
 
     microbatch_size: int
     seq_len: int
-
-    @staticmethod
-    def _positive_fields() -> tuple[str, ...]:
-        return ("stages_per_rank", "num_microbatches", "microbatch_size", "seq_len")
 
 
 @dataclass(frozen=True)

@@ -53,22 +53,16 @@ class StageModule(nn.Module):
         reference = state.stream if state.stream is not None else state.sources[0]
         positions = torch.arange(reference.shape[1], device=reference.device)
         rope = model.rotary(positions, reference.dtype)
-        if self._keeps_sources():
-            # One sub-layer at a time, so a block closed here is tapped before later sub-layers read it.
-            kept = self._keep(state, self._received_from())
+        if self.cache is not None and self.layout.has_later_local_stage(self.index):
+            # One sub-layer at a time, so a block closed here is tapped before later sub-layers read it;
+            # the sources taken from the cache are the earlier stage's, which tapped them.
+            kept = self._keep(state, 0 if self.is_first else self.layout.edges[self.index - 1].first_sent)
             for s in self.sublayers:
                 model.run_sublayers(state, s, s + 1, rope)
                 kept = self._keep(state, kept)
         else:
             model.run_sublayers(state, self.sublayers.start, self.sublayers.stop, rope)
         return model.output_logits(state) if self.is_last else self._pack(state)
-
-    def _received_from(self) -> int:
-        """Index of the first source this stage did not take from the cache."""
-        return 0 if self.is_first else self.layout.edges[self.index - 1].first_sent
-
-    def _keeps_sources(self) -> bool:
-        return self.cache is not None and self.layout.has_later_local_stage(self.index)
 
     def _keep(self, state: StreamState, start: int) -> int:
         """Tap and cache sources[start:] for this rank's later stages; returns how many are kept."""
@@ -121,19 +115,15 @@ class CachedStage(PipelineStage):
         self.counter.reset()
 
     def get_fwd_send_ops(self, fwd_chunk_id: int):
-        ops = super().get_fwd_send_ops(fwd_chunk_id)
-        if ops:
-            edge = self.stage_index
-            self.counter.record("forward", edge, ops, self._saved(edge))
-        return ops
+        return self._counted("forward", self.stage_index, super().get_fwd_send_ops(fwd_chunk_id))
 
     def get_bwd_send_ops(self, bwd_chunk_id: int):
-        ops = super().get_bwd_send_ops(bwd_chunk_id)
-        if ops:
-            edge = self.stage_index - 1
-            self.counter.record("backward", edge, ops, self._saved(edge))
-        return ops
+        return self._counted("backward", self.stage_index - 1, super().get_bwd_send_ops(bwd_chunk_id))
 
-    def _saved(self, edge: int) -> int:
-        """Bytes the cache kept off `edge`: the cached sources (their gradients, going back)."""
-        return self.submod.layout.edges[edge].first_sent * self.tensor_bytes
+    def _counted(self, direction: str, edge: int, ops):
+        """`ops`, their bytes across `edge` counted, with those the cache kept off it: the cached
+        sources (their gradients, going back)."""
+        if ops:
+            saved = self.submod.layout.edges[edge].first_sent * self.tensor_bytes
+            self.counter.record(direction, edge, ops, saved)
+        return ops

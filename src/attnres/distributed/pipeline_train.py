@@ -1,18 +1,8 @@
 """Pipeline parallelism as a `ParallelModel` (`train.parallel: pipeline`; see docs/explanation/pipeline.md).
 
 Every rank builds the whole model from the same seed or checkpoint; `build_pipeline` gives each
-rank its stages. A training loop drives `PipelineParallel` through the interface it uses for DDP
-and FSDP (`ParallelModel`), with the pipeline's answers:
-
-    train_step(next_batch)     one global batch through the schedule (forward and backward); the
-                               mean micro-batch loss, broadcast from the last stage's rank
-    trained_parameter_names()  the parameters of this rank's stages: its optimizer's
-    clip_grad_norm(max)        the global norm over ranks, every parameter counted once
-    sync_parameters()          each parameter broadcast from the rank that trains it, so every rank
-                               holds the whole current model (evaluation, diagnostics, checkpoints)
-    step_metrics()             the step's P2P bytes: pipe/fwd_bytes, pipe/bwd_bytes, pipe/saved_bytes
-
-One pipeline spans all ranks of the process group (no data parallelism across pipelines).
+rank its stages, and a training loop drives `PipelineParallel` through the interface it uses for DDP
+and FSDP. One pipeline spans all ranks of the process group (no data parallelism across pipelines).
 """
 
 from __future__ import annotations
@@ -23,7 +13,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from attnres.distributed.env import all_gather_objects, all_reduce_sum, broadcast_value
 from attnres.distributed.pipeline import Pipeline, build_pipeline
@@ -67,11 +56,9 @@ class PipelineParallel(ParallelModel):
         return self.pipe.owned_parameter_names()
 
     def clip_grad_norm(self, max_norm: float | None) -> float:
-        """Scale this rank's owned gradients so the global L2 norm is at most max_norm (None: only
-        measure); returns the norm before clipping, identical on every rank.
-
-        Each rank adds the squared norm of the gradients it counts (owners[name] == rank), the sum
-        is all-reduced in float64; the scaling is torch's own (`clip_grads_with_norm_`)."""
+        """`ParallelModel.clip_grad_norm` of the owned gradients: each rank adds the squared norm of
+        those it counts (owners[name] == rank), the sum is all-reduced in float64; the scaling is
+        torch's own (`clip_grads_with_norm_`)."""
         rank = dist.get_rank()
         owned = set(self.trained_parameter_names())
         params = [(name, p) for name, p in self.model.named_parameters() if name in owned and p.grad is not None]
@@ -83,10 +70,15 @@ class PipelineParallel(ParallelModel):
             torch.nn.utils.clip_grads_with_norm_([p for _, p in params], max_norm, norm)
         return total
 
+    @torch.no_grad()
     def sync_parameters(self) -> None:
-        """Make every rank's whole model current (a collective; nothing to do until the next step)."""
+        """Make every rank's whole model current (a collective; nothing to do until the next step):
+        each parameter broadcast in place from its owner, one by one in named_parameters() order (the
+        same on every rank), so no flat copy of the model is held; it runs only before evaluation
+        and checkpoints."""
         if not self.current:
-            sync_parameters(self.model, self.owners)
+            for name, param in self.model.named_parameters():
+                dist.broadcast(param.detach(), src=self.owners[name])
             self.current = True
 
     def step_metrics(self) -> dict:
@@ -104,29 +96,13 @@ def wrap_pipeline(model: AttnResLM, config: PipelineConfig) -> PipelineParallel:
     all ranks. A collective (every rank calls it); raises PipelineConfigError for a split that does
     not fit the model or the world."""
     pipe = build_pipeline(model, config)
-    owners = owner_ranks(pipe.owned_parameter_names())
+    owners: dict[str, int] = {}  # {name: the lowest rank that trains it}, from every rank's names
+    for rank, names in enumerate(all_gather_objects(pipe.owned_parameter_names())):
+        for name in names:
+            owners.setdefault(name, rank)
     missing = [name for name, _ in model.named_parameters() if name not in owners]
     if missing:  # a parameter no stage trains would silently stay at its initial value
         raise RuntimeError(f"pipeline stages leave parameters without an owner: {missing}")
     device = next(model.parameters()).device
     return PipelineParallel(model, "pipeline", device, pipe=pipe, owners=owners)
 
-
-def owner_ranks(owned: list[str]) -> dict[str, int]:
-    """{name: the lowest rank whose `owned` lists it}, from every rank's names (a collective)."""
-    owners: dict[str, int] = {}
-    for rank, names in enumerate(all_gather_objects(owned)):
-        for name in names:
-            owners.setdefault(name, rank)
-    return owners
-
-
-@torch.no_grad()
-def sync_parameters(model: nn.Module, owner_rank_by_name: dict[str, int]) -> None:
-    """Broadcast each parameter of `model` from rank owner_rank_by_name[name], in place, so every
-    rank holds the owners' values (a collective: every rank calls it with the same model).
-
-    One broadcast per parameter in named_parameters() order (the same on every rank): no flat copy
-    of the model in memory, and it runs only before evaluation and checkpoints."""
-    for name, param in model.named_parameters():
-        dist.broadcast(param.detach(), src=owner_rank_by_name[name])

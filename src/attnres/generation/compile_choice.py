@@ -67,24 +67,44 @@ def shape_key(config: dict, **shape) -> str:
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def inductor_cache_file(name: str) -> Path:
+    """The file `name` beside inductor's cache (`torch._inductor`'s cache_dir): what is kept there lives
+    as long as the compiled code does."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir()) / name
+
+
+def read_records(path: Path) -> dict:
+    """The JSON mapping of records in `path`; an unreadable file counts as none (it only informs a guess)."""
+    try:
+        values = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return values if isinstance(values, dict) else {}
+
+
+def write_records(path: Path, records: dict) -> bool:
+    """Write `records` to `path` atomically; False where it cannot be written (a read-only cache only
+    costs a measurement next time, never the caller its figure)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(records, indent=1, sort_keys=True))
+    except OSError:
+        return False
+    return True
+
+
 class CompileTimes:
     """Compile times measured per machine and model shape: a JSON file of {key: {"cold_s", "warm_s",
-    "speedup"}}, by default beside inductor's cache (`torch._inductor`'s cache_dir), written atomically."""
+    "speedup"}}, by default beside inductor's cache (`inductor_cache_file`), written atomically."""
 
     def __init__(self, path: str | Path | None = None) -> None:
-        if path is None:
-            from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-            path = Path(cache_dir()) / FILE_NAME
-        self.path = Path(path)
+        self.path = Path(path) if path is not None else inductor_cache_file(FILE_NAME)
 
     def read(self) -> dict:
-        """Every record; an unreadable file counts as none (it only informs a guess)."""
-        try:
-            values = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        return values if isinstance(values, dict) else {}
+        """Every record (`read_records`)."""
+        return read_records(self.path)
 
     def estimate(self, key: str, num_sublayers: int) -> CompileEstimate:
         """The expected compile time and speed-up of shape `key` (a model of num_sublayers sub-layers)."""
@@ -111,8 +131,4 @@ class CompileTimes:
         if speedup is not None and speedup > 0:
             entry["speedup"] = speedup
         records[key] = entry
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps(records, indent=1, sort_keys=True))
-        except OSError:
-            pass  # a read-only cache only loses the estimate, never the generation
+        write_records(self.path, records)

@@ -1,28 +1,17 @@
 """Fast generation: a static KV cache and one compiled single-token decoding step (docs/explanation/fast-paths.md).
 
 Decoding one token at a time through `AttnResLM.forward` is dominated by Python: hundreds of small
-operations per token, each dispatched from Python, and shapes that grow with every token. Here the
-prompt is run once, eagerly, through the ordinary forward into a `StaticKVCache` (prefill); every
-later token is one call of `decode_step`: embed the last token, every sub-layer with its routing
-(the model's own `run_sublayers`, so every residual variant), the head, and the choice of the next
-token (argmax, or sampling with temperature / top-k / top-p), all on tensors of fixed shapes:
+operations per token, and shapes that grow with every token. Here the prompt is run once, eagerly, into
+a `StaticKVCache` (prefill); every later token is one call of `decode_step` (the embedding, every
+sub-layer with the model's own routing, the head and the choice of the next token) on tensors of fixed
+shapes that it updates in place: the cache is preallocated to its capacity and attention reads it whole
+with a mask of the filled positions (`key_valid`); nothing in the step reads a value back to the host.
 
-- the KV cache is preallocated to its capacity and written in place at a column held in a tensor;
-  attention reads the whole buffer with a mask of the filled positions (`key_valid`);
-- the sequence, the column, the rotary positions and the finished flags are tensors the step
-  updates in place; nothing in the step reads a value back to the host.
-
-Routing in the step is the model's own (chunked two-phase routing). On CPU, with the fused extension
-built ("auto"), each group's phase 1 is one direct call of its C++ kernel and every merge is plain
-PyTorch that inductor fuses with the norms (an extern call per router cost more than its arithmetic);
-with routing_impl "lean" (or without the extension) phase 1 traces as plain PyTorch too, a longer compile.
-After a generation's first step only the guards that tell compiled graphs apart are evaluated
-(`Decoding._guards`; docs/explanation/fast-paths.md).
-
-So the step is captured once by `torch.compile(fullgraph=True, dynamic=False)` (any graph break
-fails) and replayed for every token. The compile mode is chosen per device (`DEFAULT_MODES`):
-inductor's default on CPU, "reduce-overhead" (CUDA graphs) on CUDA. Greedy output equals the eager
-model's greedy decoding token for token (tests/generation/test_fast_generator.py).
+So the step is captured once by `torch.compile(fullgraph=True, dynamic=False)` (any graph break fails)
+and replayed for every token, in a mode chosen per device (`DEFAULT_MODES`). On CPU with the fused
+extension, each routing group's phase 1 is one call of its C++ kernel and inductor fuses the merges
+with the norms; after a generation's first step only the guards that tell compiled graphs apart are
+evaluated (`Decoding._guards`). Greedy output equals the eager model's greedy decoding token for token.
 """
 
 from __future__ import annotations
@@ -125,17 +114,17 @@ class GenerationResult:
     @property
     def decode_tokens_per_s(self) -> float:
         """Tokens (all rows) per second of the timed decode steps; nan when none was timed."""
-        if self.decode_steps == 0 or self.decode_s <= 0:
-            return math.nan
-        return self.sequences.shape[0] * self.decode_steps / self.decode_s
+        return self._per_decode_second(self.sequences.shape[0])
 
     @property
     def decode_gb_per_s(self) -> float:
         """Achieved memory traffic of the timed decode steps: GB (1e9 bytes) of weights and KV cache
         read per second; nan when no step was timed."""
-        if self.decode_steps == 0 or self.decode_s <= 0:
-            return math.nan
-        return self.decode_bytes_per_step * self.decode_steps / self.decode_s / GB
+        return self._per_decode_second(self.decode_bytes_per_step) / GB
+
+    def _per_decode_second(self, per_step: float) -> float:
+        timed = self.decode_steps > 0 and self.decode_s > 0
+        return per_step * self.decode_steps / self.decode_s if timed else math.nan
 
 
 def choose_next(scores: torch.Tensor, sampling: Sampling) -> torch.Tensor:
@@ -229,7 +218,7 @@ class FastGenerator:
             raise InputError(f"FastGenerator needs an attnres AttnResLM, got {type(model).__name__}")
         if compile != "auto":
             check_bool(compile, "FastGenerator compile (True, False or 'auto')")
-        self.times, self.log = times, log or _to_stderr
+        self.times, self.log = times, log or (lambda line: print(line, file=sys.stderr, flush=True))
         check_choice(mode, "FastGenerator mode", MODES, allow_none=True)
         if options is not None and (mode is not None or not isinstance(options, dict)):
             raise InputError(f"FastGenerator options must be a dict of inductor options, and mode None (torch.compile "
@@ -260,20 +249,6 @@ class FastGenerator:
         if self.mode is None and device.type == "cpu" and self.backend == "inductor":
             return CPU_BF16_OPTIONS if bf16 else CPU_OPTIONS
         return {}
-
-    def step_function(self, device: torch.device, compiled: bool | None = None, bf16: bool = False):
-        """`decode_step`, compiled (once per generator and mode) when `compile` is True (or `compiled`);
-        bf16: the step computes in bf16 (weights or autocast), which takes other options on CPU."""
-        if not (self.compile is True if compiled is None else compiled):
-            return decode_step
-        key = self.resolved_mode(device, bf16)
-        if key not in self._steps:
-            mode = self.mode or DEFAULT_MODES.get(device.type, "default")
-            options = self._options(device, bf16)
-            self._steps[key] = torch.compile(_own_copy(decode_step), fullgraph=True, dynamic=False,
-                                             backend=self.backend, mode=None if options or mode == "default" else mode,
-                                             options=options or None)
-        return self._steps[key]
 
     @torch.no_grad()
     def start(self, input_ids: torch.Tensor, max_new_tokens: int, attention_mask: torch.Tensor | None = None,
@@ -324,20 +299,31 @@ class FastGenerator:
         # Where a compile is measured for later decisions: "auto", and a forced inductor compile.
         measured = None
         if self.compile == "auto" or (self.compile is True and self.backend == "inductor"):
-            measured = _AutoCompile(self, compile_key, device, shape_key(
+            measured = _AutoCompile(self, compile_key, shape_key(
                 model.config.to_dict(), batch=batch, capacity=capacity, precision=precision, ambient=ambient,
-                dtype=model.embed_tokens.weight.dtype,
-                sampling=sampling.do_sample, eos=eos is None, mode=mode, backend=self.backend,
-                routing=resolve_impl(model.residual.impl, device, quiet=True),  # a different graph per impl
-                chunk=getattr(model.residual, "chunk_size", None)), bf16)
-        if self.compile == "auto":
-            return Decoding(decode_step, arguments, state, prompt, max_new_tokens, eos, prefill_s, False, device,
-                            None, measured, decides=True, step_bytes=step_bytes)
-        compiles = self.compile and compile_key not in self._compiled_keys
+                dtype=model.embed_tokens.weight.dtype, sampling=sampling.do_sample, eos=eos is None,
+                mode=mode, backend=self.backend, chunk=getattr(model.residual, "chunk_size", None),
+                routing=resolve_impl(model.residual.impl, device, quiet=True)), bf16)  # a graph per impl
+        if self.compile is True:
+            step, compile_mode, compiles = self._compiled(device, bf16, compile_key)
+        else:  # eager; with "auto", `Decoding._choose` may compile it
+            step, compile_mode, compiles = decode_step, None, False
+        return Decoding(step, arguments, state, prompt, max_new_tokens, eos, prefill_s, compiles, device,
+                        compile_mode, measured, decides=self.compile == "auto", step_bytes=step_bytes)
+
+    def _compiled(self, device: torch.device, bf16: bool, compile_key: tuple) -> tuple[Callable, str, bool]:
+        """`decode_step` compiled (once per generator and mode; bf16: the step computes in bf16, which takes
+        other options on CPU), its mode, and whether its next call compiles (the first of `compile_key`)."""
+        mode = self.resolved_mode(device, bf16)
+        if mode not in self._steps:
+            base = self.mode or DEFAULT_MODES.get(device.type, "default")
+            options = self._options(device, bf16) or None
+            self._steps[mode] = torch.compile(_own_copy(decode_step), fullgraph=True, dynamic=False,
+                                              backend=self.backend, options=options,
+                                              mode=None if options or base == "default" else base)
+        compiles = compile_key not in self._compiled_keys
         self._compiled_keys.add(compile_key)
-        return Decoding(self.step_function(device, bf16=bf16), arguments, state, prompt, max_new_tokens, eos,
-                        prefill_s, compiles, device, mode if self.compile else None, measured,
-                        step_bytes=step_bytes)
+        return self._steps[mode], mode, compiles
 
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, attention_mask: torch.Tensor | None = None,
                  sampling: Sampling = GREEDY, eos_token_id: int | list[int] | None = None,
@@ -357,22 +343,19 @@ class FastGenerator:
                               min_new_tokens, precision)
         return decoding.finish(stop_check_every)
 
-    @staticmethod
-    def _new_state(batch: int, capacity: int, device: torch.device) -> "_State":
-        long = {"dtype": torch.long, "device": device}
-        tensors = dict(sequence=torch.zeros(batch, capacity, **long),
-                       key_valid=torch.zeros(batch, capacity, dtype=torch.bool, device=device),
-                       column=torch.zeros(1, **long), rope_position=torch.zeros(batch, **long),
-                       finished=torch.zeros(batch, dtype=torch.bool, device=device), eos_from=torch.zeros(1, **long))
-        if device.type == "cuda":
-            for tensor in tensors.values():
-                torch._dynamo.mark_static_address(tensor)
-        return _State(cache=StaticKVCache(capacity), **tensors)
-
     def _state(self, key: tuple, batch: int, capacity: int, device: torch.device) -> "_State":
         """The fixed-shape tensors for `key`, made once and reused (their addresses stay fixed)."""
         if key not in self._states:
-            self._states[key] = self._new_state(batch, capacity, device)
+            long = {"dtype": torch.long, "device": device}
+            tensors = dict(sequence=torch.zeros(batch, capacity, **long),
+                           key_valid=torch.zeros(batch, capacity, dtype=torch.bool, device=device),
+                           column=torch.zeros(1, **long), rope_position=torch.zeros(batch, **long),
+                           finished=torch.zeros(batch, dtype=torch.bool, device=device),
+                           eos_from=torch.zeros(1, **long))
+            if device.type == "cuda":
+                for tensor in tensors.values():
+                    torch._dynamo.mark_static_address(tensor)
+            self._states[key] = _State(cache=StaticKVCache(capacity), **tensors)
         state = self._states[key]
         state.cache.reset()
         return state
@@ -434,14 +417,8 @@ class Decoding:
         compile_s = 0.0
         if self.compiles and self.steps_run < self.max_new_tokens and not self.all_finished():
             if not self.decides and self.auto is not None:  # a forced compile says what it costs, too
-                estimate, where = self.auto.estimate()
-                self.auto.generator.log(f"compiling the decode step: about {estimate.compile_s:.0f} s ({where}); "
-                                        f"the compiled code is cached for later runs (--no-compile or compile=False "
-                                        f"skips it)")
-            begin = time.perf_counter()
-            self.step()
-            _sync(self.device)
-            compile_s = time.perf_counter() - begin
+                self.auto.announce(*self.auto.estimate())
+            compile_s = self._timed_step()
         timed = 0
         begin = time.perf_counter()
         while self.steps_run < self.max_new_tokens:
@@ -463,22 +440,26 @@ class Decoding:
                                 decode_steps=timed, compile_mode=self.compile_mode, compile_choice=self.compile_choice,
                                 decode_bytes_per_step=self.step_bytes)
 
+    def _timed_step(self) -> float:
+        """Seconds of one step, the device synchronised before and after."""
+        _sync(self.device)
+        begin = time.perf_counter()
+        self.step()
+        _sync(self.device)
+        return time.perf_counter() - begin
+
     def _choose(self) -> float | None:
         """compile="auto": time up to PROBE_STEPS eager steps, then compile the rest only where the rule
         (`compile_pays`) says it pays; returns the eager step's seconds (None when none ran)."""
         times = []
         while len(times) < PROBE_STEPS and self.steps_run < self.max_new_tokens and not self.all_finished():
-            _sync(self.device)
-            begin = time.perf_counter()
-            self.step()
-            _sync(self.device)
-            times.append(time.perf_counter() - begin)
+            times.append(self._timed_step())
         left = self.max_new_tokens - self.steps_run
         if not times or left == 0 or self.all_finished():
             self.compile_choice = "eager: nothing left to decode after the first steps"
             return min(times) if times else None
         eager_step_s, auto = min(times), self.auto
-        if not auto.can_compile():
+        if auto.generator.backend == "inductor" and self.device.type == "cpu" and inductor_compiler() is None:
             self.compile_choice = "eager: inductor has no C++ compiler here"
             return eager_step_s
         uncompiled = not_compiled_reason(auto.generator.model)
@@ -491,13 +472,9 @@ class Decoding:
             self.compile_choice = (f"eager: compiling would take about {estimate.compile_s:.0f} s ({where}) and save "
                                    f"about {saves:.1f} s over {left} steps")
             return eager_step_s
-        auto.generator.log(f"compiling the decode step: about {estimate.compile_s:.0f} s ({where}) to save about "
-                           f"{saves:.0f} s over {left} steps; the compiled code is cached for later runs "
-                           f"(--no-compile or compile=False skips it)")
-        self._step = auto.generator.step_function(self.device, compiled=True, bf16=auto.bf16)
-        self.compile_mode = auto.generator.resolved_mode(self.device, auto.bf16)
-        self.compiles = auto.compile_key not in auto.generator._compiled_keys
-        auto.generator._compiled_keys.add(auto.compile_key)
+        auto.announce(estimate, where, f" to save about {saves:.0f} s over {left} steps")
+        self._step, self.compile_mode, self.compiles = auto.generator._compiled(self.device, auto.bf16,
+                                                                                auto.compile_key)
         self._compiled_from = self.steps_run  # this step's call evaluates every guard
         self.compile_choice = f"compiled: about {estimate.compile_s:.0f} s ({where}) against about {saves:.0f} s saved"
         return eager_step_s
@@ -538,17 +515,19 @@ class _AutoCompile:
 
     generator: FastGenerator
     compile_key: tuple
-    device: torch.device
     key: str
     bf16: bool = False  # the step computes in bf16 (its compile options differ on CPU)
-
-    def can_compile(self) -> bool:
-        return not (self.generator.backend == "inductor" and self.device.type == "cpu" and inductor_compiler() is None)
 
     def estimate(self) -> tuple[CompileEstimate, str]:
         """The expected compile of this shape, and where the figure comes from (for the line that says so)."""
         estimate = self.times_store().estimate(self.key, self.generator.model.config.num_sublayers)
         return estimate, "measured on this machine" if estimate.measured else "a first estimate"
+
+    def announce(self, estimate: CompileEstimate, where: str, gain: str = "") -> None:
+        """The line logged before a compile starts."""
+        self.generator.log(f"compiling the decode step: about {estimate.compile_s:.0f} s ({where}){gain}; "
+                           f"the compiled code is cached for later runs (--no-compile or compile=False "
+                           f"skips it)")
 
     def times_store(self) -> CompileTimes:
         if self.generator.times is None:
@@ -567,10 +546,6 @@ def not_compiled_reason(model: AttnResLM) -> str | None:
         return "a mixture-of-experts model"
     mixer = next((layer.self_attn.not_compiled for layer in model.layers if layer.self_attn.not_compiled), None)
     return None if mixer is None else f"a model with {mixer}"
-
-
-def _to_stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _own_copy(function):

@@ -10,23 +10,20 @@ the same limit. Reading is what decoding does, so this is a read (a sum), not a 
 from __future__ import annotations
 
 import datetime
-import json
-import statistics
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from attnres.common.atomic import write_atomic
 from attnres.common.machine import machine_info, machine_memory_bytes
+from attnres.generation.compile_choice import inductor_cache_file, read_records, write_records
+from attnres.generation.memory_traffic import GB, median_pass_seconds
 
 LLC_MULTIPLE = 8  # the buffer is at least this many times the last-level cache
 MIN_BUFFER_BYTES = 256 * 2 ** 20  # and at least this (a machine that reports no cache size)
 MAX_MEMORY_SHARE = 8  # and at most 1/8 of physical memory
 REPEATS = 9
 FILE_NAME = "attnres-read-bandwidth.json"
-GB = 1e9
 _SIZE_UNITS = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}
 
 
@@ -67,13 +64,7 @@ def measure_read_bandwidth(nbytes: int, repeats: int = REPEATS) -> float:
     """GB/s read by summing an fp32 buffer of `nbytes` with torch's current threads: the median of
     `repeats` timed passes after one untimed pass (page faults and clock ramp are not bandwidth)."""
     buffer = torch.ones(nbytes // 4)
-    buffer.sum()
-    seconds = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        buffer.sum()
-        seconds.append(time.perf_counter() - begin)
-    return buffer.numel() * 4 / statistics.median(seconds) / GB
+    return buffer.numel() * 4 / median_pass_seconds(buffer.sum, repeats) / GB
 
 
 @dataclass(frozen=True)
@@ -95,24 +86,13 @@ def machine_key() -> str:
     return f"{info['device_name']}|cpus={info['cpu_count']}|threads={info['threads']}|{info['cpu_capability']}"
 
 
-def default_path() -> Path:
-    """Beside inductor's cache, as the compile times are."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    return Path(cache_dir()) / FILE_NAME
-
-
 def read_bandwidth(remeasure: bool = False, path: str | Path | None = None) -> ReadBandwidth:
     """This machine's read bandwidth for torch's current thread count: the kept figure, or (the first
     time, or with `remeasure`) a new measurement, which is then kept. An unreadable file counts as
     none; an unwritable one leaves the figure unkept (path None), never the caller without one."""
-    path = Path(path) if path is not None else default_path()
+    path = Path(path) if path is not None else inductor_cache_file(FILE_NAME)  # beside the compile times
     key = machine_key()
-    try:
-        records = json.loads(path.read_text())
-    except (OSError, ValueError):
-        records = {}
-    records = records if isinstance(records, dict) else {}
+    records = read_records(path)
     kept = records.get(key)
     if not remeasure and isinstance(kept, dict) and isinstance(kept.get("gb_s"), (int, float)) and kept["gb_s"] > 0:
         return ReadBandwidth(float(kept["gb_s"]), int(kept.get("buffer_bytes", 0)), kept.get("cache_bytes"),
@@ -122,12 +102,8 @@ def read_bandwidth(remeasure: bool = False, path: str | Path | None = None) -> R
     gb_s = measure_read_bandwidth(size)
     measured = datetime.date.today().isoformat()
     records[key] = {"gb_s": gb_s, "buffer_bytes": size, "cache_bytes": cache, "measured": measured}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(records, indent=1, sort_keys=True))
-    except OSError:
-        path = None  # a read-only cache only costs a measurement next time
-    return ReadBandwidth(gb_s, size, cache, measured, path, fresh=True)
+    kept_in = path if write_records(path, records) else None
+    return ReadBandwidth(gb_s, size, cache, measured, kept_in, fresh=True)
 
 
 __all__ = ["ReadBandwidth", "buffer_bytes", "last_level_cache_bytes", "measure_read_bandwidth", "read_bandwidth"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -68,17 +69,23 @@ def decode_bytes_per_step(model: nn.Module, cache, batch: int) -> int:
     return weight_bytes_per_step(model, batch) + read
 
 
+def median_pass_seconds(run: Callable[[], object], repeats: int) -> float:
+    """The median seconds of `repeats` timed calls of `run` after one untimed call (page faults and
+    clock ramp are not bandwidth)."""
+    run()
+    seconds = []
+    for _ in range(repeats):
+        begin = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - begin)
+    return statistics.median(seconds)
+
+
 @functools.cache
 def _copy_bandwidth(threads: int, repeats: int) -> float:
     source = torch.ones(COPY_BYTES // 4)
     target = torch.empty_like(source)
-    target.copy_(source)  # first touch: page faults are not bandwidth
-    seconds = []
-    for _ in range(repeats):
-        begin = time.perf_counter()
-        target.copy_(source)
-        seconds.append(time.perf_counter() - begin)
-    return 2 * COPY_BYTES / statistics.median(seconds) / GB
+    return 2 * COPY_BYTES / median_pass_seconds(lambda: target.copy_(source), repeats) / GB
 
 
 def copy_bandwidth_gb_s(repeats: int = 7) -> float:
@@ -89,4 +96,4 @@ def copy_bandwidth_gb_s(repeats: int = 7) -> float:
 
 
 __all__ = ["cache_bytes_per_step", "copy_bandwidth_gb_s", "decode_bytes_per_step", "held_cache_bytes",
-           "weight_bytes_per_step"]
+           "median_pass_seconds", "weight_bytes_per_step"]

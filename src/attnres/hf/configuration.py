@@ -19,33 +19,28 @@ from attnres.model import ConfigError, ModelConfig
 from attnres.residual.legacy import FLAT_OPTIONS, RUN_SETTINGS
 
 
-def _add_model_fields(cls: type) -> None:
-    """Declare on `cls` (before transformers makes it a dataclass) every field of its
-    `model_config_class`: the Hugging Face name, type and default of each. All of them, even those a
-    base declares, so that a subclass's new default wins; a field `cls` declares itself is kept."""
-    own = inspect.get_annotations(cls)  # the class's own, however the Python version stores them
-    generated = {}
-    for f in dataclasses.fields(cls.model_config_class):
-        name = f.metadata.get("hf", f.name)
-        if name in own:
-            continue
-        generated[name] = f.metadata.get("hf_type", f.type)
-        if "hf_default" in f.metadata:
-            setattr(cls, name, f.metadata["hf_default"])
-        elif f.default is not dataclasses.MISSING:
-            setattr(cls, name, f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            setattr(cls, name, dataclasses.field(default_factory=f.default_factory))
-        # else: required here too (transformers' dataclass fields are keyword-only)
-    # the model's fields first, as in ModelConfig; then the class's own (use_cache, token ids)
-    cls.__annotations__ = {**generated, **own}
-
-
 class _ModelFields(PreTrainedConfig):
-    """Gives each subclass the fields of its `model_config_class` (`_add_model_fields`)."""
+    """Declares on each subclass (before transformers makes it a dataclass) every field of its
+    `model_config_class`: the Hugging Face name, type and default of each. All of them, even those a
+    base declares, so that a subclass's new default wins; a field the subclass declares itself is kept."""
 
     def __init_subclass__(cls, **kwargs) -> None:
-        _add_model_fields(cls)
+        own = inspect.get_annotations(cls)  # the class's own, however the Python version stores them
+        generated = {}
+        for f in dataclasses.fields(cls.model_config_class):
+            name = f.metadata.get("hf", f.name)
+            if name in own:
+                continue
+            generated[name] = f.metadata.get("hf_type", f.type)
+            if "hf_default" in f.metadata:
+                setattr(cls, name, f.metadata["hf_default"])
+            elif f.default is not dataclasses.MISSING:
+                setattr(cls, name, f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                setattr(cls, name, dataclasses.field(default_factory=f.default_factory))
+            # else: required here too (transformers' dataclass fields are keyword-only)
+        # the model's fields first, as in ModelConfig; then the class's own (use_cache, token ids)
+        cls.__annotations__ = {**generated, **own}
         super().__init_subclass__(**kwargs)  # transformers makes the class a (keyword-only) dataclass
 
 

@@ -63,6 +63,9 @@ _SHAPE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_lay
 # Tensors older checkpoints saved that are not parameters (the RoPE table is recomputed).
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 _LIST_LIMIT = 12
+# A checkpoint's weights: one file, or shards that its index names (safetensors preferred).
+SAFETENSORS_FILES = ("model.safetensors", "model.safetensors.index.json")
+TORCH_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -128,14 +131,11 @@ def _layout_fields(hf_config: dict) -> dict:
         raise ConversionError(f"{model_type} config.json lacks {missing}")
     if hf_config.get("mlp_bias"):
         raise ConversionError(f"{model_type}: mlp_bias=True (biases on the MLP projections) is not supported")
-    if model_type == "qwen2":
-        attention_bias = True  # Qwen2 always has q/k/v biases and no o_proj bias, whatever the config says
-    elif hf_config.get("attention_bias"):
+    attention_bias = model_type == "qwen2"  # q/k/v biases and no o_proj bias, whatever the config says
+    if not attention_bias and hf_config.get("attention_bias"):
         # Llama and Qwen3 put the bias on o_proj too; attnres has biases on q/k/v only.
         raise ConversionError(f"{model_type}: attention_bias=True (a bias on o_proj as well as q/k/v) is not "
                               f"supported; attnres supports q/k/v biases only (as in qwen2)")
-    else:
-        attention_bias = False
     heads = hf_config["num_attention_heads"]
     # An absent key takes the class default; an explicit null means "derive it", as transformers does.
     kv_heads = hf_config.get("num_key_value_heads", defaults["num_key_value_heads"])
@@ -203,10 +203,8 @@ def _check_attention_window(hf_config: dict, num_layers: int, max_seq_len: int) 
         sliding = [i for i, t in enumerate(layer_types or []) if t == "sliding_attention"]
     if not sliding:
         return
-    if sliding == list(range(num_layers)):
-        shown = f"all {num_layers} layers"
-    else:
-        shown = f"layers {_listing([str(i) for i in sliding])}"
+    everywhere = sliding == list(range(num_layers))
+    shown = f"all {num_layers} layers" if everywhere else f"layers {_listing([str(i) for i in sliding])}"
     if window is None:  # a layer marked sliding without a window: refuse rather than guess what it means
         raise ConversionError(f"{model_type}: layer_types marks {shown} as 'sliding_attention' but no "
                               f"sliding_window is in effect; attnres supports full causal attention only")
@@ -310,11 +308,10 @@ def read_hf_checkpoint(path) -> tuple[dict, dict[str, torch.Tensor]]:
     config.json; otherwise ConversionError names the problem (config features that change only the
     computed function, such as RoPE scaling, are left to `model_config_from_hf`).
     """
-    directory = _checkpoint_directory(path)
-    hf_config = _read_config(directory)
+    hf_config = _read_config(path)
     # Only the parameter layout matters here: RoPE, activation and window are checked on conversion.
     layout = _build_config(hf_config.get("model_type"), **_layout_fields(hf_config))
-    state = _read_weights(directory, hf_config)
+    state = _read_weights(path, hf_config)
     convert_state_dict(state, layout)
     return hf_config, state
 
@@ -322,9 +319,7 @@ def read_hf_checkpoint(path) -> tuple[dict, dict[str, torch.Tensor]]:
 def read_source_config(path) -> dict:
     """The Hugging Face config dict of a checkpoint directory (its config.json) or a .gguf file (from its
     metadata, through transformers); ConversionError when there is none."""
-    if str(path).endswith(".gguf"):
-        return read_gguf_config(path)
-    return _read_config(_checkpoint_directory(path))
+    return read_gguf_config(path) if str(path).endswith(".gguf") else _read_config(path)
 
 
 def _checkpoint_directory(path) -> Path:
@@ -337,16 +332,18 @@ def _checkpoint_directory(path) -> Path:
     return directory
 
 
-def _read_config(directory: Path) -> dict:
-    return read_json_object(directory / CONFIG_FILE, "checkpoint", error=ConversionError,
+def _read_config(path) -> dict:
+    return read_json_object(_checkpoint_directory(path) / CONFIG_FILE, "checkpoint", error=ConversionError,
                             hint="a Hugging Face checkpoint directory holds config.json and its weight files")
 
 
-def _read_weights(directory: Path, hf_config: dict) -> dict[str, torch.Tensor]:
-    """Every tensor of the checkpoint's weight files (safetensors preferred), {HF name: tensor}; a Kimi
-    Linear checkpoint's in transformers' run-time layout (`attnres.hf.kimi_linear.runtime_state`)."""
-    for single, index, load in (("model.safetensors", "model.safetensors.index.json", _load_safetensors),
-                                ("pytorch_model.bin", "pytorch_model.bin.index.json", _load_torch)):
+def _read_weights(path, hf_config: dict, load_safetensors=None) -> dict[str, torch.Tensor]:
+    """Every tensor of the checkpoint directory's weight files (safetensors preferred), {HF name: tensor}; a
+    Kimi Linear checkpoint's in transformers' run-time layout (`attnres.hf.kimi_linear.runtime_state`).
+    load_safetensors reads one safetensors file (streaming passes a reader of its header alone)."""
+    directory = _checkpoint_directory(path)
+    for (single, index), load in ((SAFETENSORS_FILES, load_safetensors or _load_safetensors),
+                                  (TORCH_FILES, _load_torch)):
         if (directory / single).is_file():
             state = load(directory / single)
         elif (directory / index).is_file():
@@ -385,11 +382,17 @@ def _read_sharded(index_path: Path, load) -> dict[str, torch.Tensor]:
     return state
 
 
-def _load_safetensors(file: Path) -> dict[str, torch.Tensor]:
+def _read_safetensors(what, read, *args):
+    """read(*args); a failure to read `what` (a safetensors file, a part of one) as one ConversionError."""
     try:
-        return load_file(file, device="cpu")
+        return read(*args)
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        raise ConversionError(f"cannot read {file} (corrupt or truncated safetensors file?): {error}") from error
+        raise ConversionError(f"cannot read {what} (corrupt or truncated safetensors file?): "
+                              f"{error}") from error
+
+
+def _load_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    return _read_safetensors(file, load_file, file, "cpu")
 
 
 def _load_torch(file: Path) -> dict[str, torch.Tensor]:
@@ -449,8 +452,8 @@ def convert_checkpoint(path, residual: str = "standard", residual_options=None, 
     config = model_config_from_hf(source_config, residual=residual, residual_options=residual_options,
                                   max_seq_len=max_seq_len)
     gguf = str(path).endswith(".gguf")  # transformers reads and dequantises it (needs gguf, accelerate)
-    state = convert_state_dict(read_gguf_weights(path, _source_weights(config)) if gguf else _read_weights(
-        _checkpoint_directory(path), source_config), config)
+    state = read_gguf_weights(path, _source_weights(config)) if gguf else _read_weights(path, source_config)
+    state = convert_state_dict(state, config)
     _check_finite(path, state)
     # Build directly in `dtype` so a bf16 conversion never holds an fp32 copy of the model.
     previous = torch.get_default_dtype()

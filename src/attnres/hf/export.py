@@ -22,6 +22,7 @@ from attnres.data.tiktoken_files import check_tiktoken_source
 from attnres.data.tokenizer import copy_tokenizer_files
 from attnres.hf.configuration import AttnResConfig
 from attnres.hf.convert import ConversionError, convert_checkpoint, read_source_config
+from attnres.hf.gguf import save_gguf_tokenizer
 from attnres.hf.modeling import AttnResForCausalLM
 from attnres.model import AttnResLM
 
@@ -47,14 +48,12 @@ def check_new_dir(out_dir: str | Path) -> Path:
     count; another conversion still building there is named."""
     out = user_path(out_dir, "--out", error=ConversionError)
     check_out_dir(out, "--out", error=ConversionError)
-    inside = [path for path in out.iterdir() if path.name != LOCK_FILE] if out.is_dir() else []
-    if any(_build_pid(path, out) is None for path in inside):
+    builds = _builds(out)
+    if out.is_dir() and any(path.name != LOCK_FILE and path not in builds for path in out.iterdir()):
         raise ConversionError(f"output directory {str(out)!r} already exists and is not empty; choose another "
                               f"--out or delete it")
-    beside = out.parent.glob(f".{glob.escape(out.name)}.*.tmp") if out.parent.is_dir() else []
-    for path in [*inside, *beside]:
-        pid = _build_pid(path, out)
-        if pid is not None and pid != os.getpid() and _running(pid):
+    for pid in builds.values():
+        if pid != os.getpid() and _running(pid):
             raise ConversionError(f"--out {str(out)!r} is being written by another conversion (pid {pid}); wait for "
                                   f"it to finish, or choose another --out")
     return out
@@ -64,10 +63,7 @@ def save_hf(model: AttnResLM, out_dir: str | Path, tokenizer_dir: str | Path | N
             token_ids: dict | None = None, generation: dict | None = None) -> Path:
     """save_pretrained (model.safetensors, config.json, generation_config.json) plus the tokenizer
     files of tokenizer_dir (`TOKENIZER_FILES`, chat template included) into out_dir; returns it.
-
-    The directory is built beside out_dir (`.NAME.PID.*.tmp`) and renamed into place, so out_dir holds a
-    whole model or nothing; an out_dir that exists and is not empty is refused (nothing is overwritten).
-    What a killed conversion into out_dir left beside it (its process gone) is removed first.
+    out_dir holds a whole model or nothing, and one that is not empty is refused (`build_hf_dir`);
     token_ids and generation as in `to_hf_model`."""
     return build_hf_dir(out_dir, lambda tmp: to_hf_model(model, token_ids, generation).save_pretrained(tmp),
                         tokenizer_dir)
@@ -76,7 +72,7 @@ def save_hf(model: AttnResLM, out_dir: str | Path, tokenizer_dir: str | Path | N
 def build_hf_dir(out_dir: str | Path, write_model, tokenizer_dir: str | Path | None = None) -> Path:
     """`save_hf`'s directory handling with the model written by `write_model(tmp)` (weights, config.json,
     generation_config.json) and the tokenizer files of tokenizer_dir copied beside it; returns out_dir
-    (`~` expanded).
+    (`~` expanded, checked by `check_new_dir`; what killed conversions into it left is removed).
 
     A new out_dir is built in a temporary directory beside it and renamed into place: it appears whole
     or not at all, and of two conversions into one new out_dir the second fails in one line when it
@@ -87,7 +83,9 @@ def build_hf_dir(out_dir: str | Path, write_model, tokenizer_dir: str | Path | N
     into_existing = out.is_dir()
     if not into_existing:
         out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_killed_builds(out)
+    for path, pid in _builds(out).items():  # a killed conversion's half-built model: as large as the model
+        if not _running(pid):
+            shutil.rmtree(path, ignore_errors=True)
     where = out if into_existing else out.parent
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.{os.getpid()}.", suffix=".tmp", dir=where))
     try:
@@ -121,7 +119,8 @@ def _publish_into(tmp: Path, out: Path) -> None:
     """Move the files of `tmp` (built inside the existing directory `out`) up into `out`, holding its
     lock; config.json last, so `out` reads as a model only once it is whole."""
     with RunLock(out, field="--out"):
-        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE and _build_pid(p, out) is None)
+        builds = _builds(out)
+        others = sorted(p.name for p in out.iterdir() if p.name != LOCK_FILE and p not in builds)
         if others:
             raise ConversionError(f"--out {str(out)!r} was filled by another process while this conversion ran "
                                   f"({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}); nothing of this "
@@ -132,25 +131,15 @@ def _publish_into(tmp: Path, out: Path) -> None:
         tmp.rmdir()
 
 
-def _build_pid(path: Path, out: Path) -> int | None:
-    """The pid of the conversion whose temporary directory `path` is (`.NAME.PID.*.tmp`, beside or
-    inside `out`), else None."""
-    name = path.name
-    if not (name.startswith(f".{out.name}.") and name.endswith(".tmp")):
-        return None
-    parts = name[len(out.name) + 2:].split(".")  # PID, mkdtemp's random part, "tmp"
-    return int(parts[0]) if len(parts) == 3 and parts[0].isdigit() and path.is_dir() else None
-
-
-def _remove_killed_builds(out: Path) -> None:
-    """Delete the temporary directories `save_hf` builds beside (or inside) `out` whose process no
-    longer runs: a killed conversion's half-built model (as large as the model) would otherwise stay
-    there, hidden."""
-    for folder in (out.parent, out) if out.is_dir() else (out.parent,):
-        for path in folder.glob(f".{glob.escape(out.name)}.*.tmp"):
-            pid = _build_pid(path, out)
-            if pid is not None and not _running(pid):
-                shutil.rmtree(path, ignore_errors=True)
+def _builds(out: Path) -> dict[Path, int]:
+    """{temporary directory: pid} of the conversions building `out` (`.NAME.PID.*.tmp`, beside or in it)."""
+    builds = {}
+    for folder in (out.parent, out):
+        for path in folder.glob(f".{glob.escape(out.name)}.*.tmp") if folder.is_dir() else ():
+            parts = path.name[len(out.name) + 2:].split(".")  # PID, mkdtemp's random part, "tmp"
+            if len(parts) == 3 and parts[0].isdigit() and path.is_dir():
+                builds[path] = int(parts[0])
+    return builds
 
 
 def _running(pid: int) -> bool:
@@ -158,8 +147,8 @@ def _running(pid: int) -> bool:
         os.kill(pid, 0)  # signal 0: only checks that the process exists
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True  # another user's
+    except PermissionError:  # another user's
+        pass
     return True
 
 
@@ -181,8 +170,6 @@ def convert_to_hf(source: str | Path, out_dir: str | Path, residual: str = "stan
                                   max_seq_len=max_seq_len, source_config=source_config)
 
     if str(source).endswith(".gguf"):
-        from attnres.hf.gguf import save_gguf_tokenizer
-
         with tempfile.TemporaryDirectory() as tokenizer_dir:
             save_gguf_tokenizer(source, tokenizer_dir)  # first: a GGUF without a tokenizer is refused before its weights
             model = convert()

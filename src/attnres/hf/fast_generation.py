@@ -11,14 +11,9 @@ streamers, returning scores, ...) is refused by name rather than silently ignore
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import torch
-from safetensors import SafetensorError
-from transformers import AutoModelForCausalLM, GenerationConfig
+from transformers import GenerationConfig
 
 from attnres.common.errors import InputError
-from attnres.hf.model_dir import check_model_dir, load_tokenizer
 from attnres.generation.fast_generator import GREEDY, FastGenerator, GenerationResult, Sampling
 
 # Options the fast loop implements; every other generation option must keep transformers' default.
@@ -26,7 +21,6 @@ HANDLED = {"max_length", "max_new_tokens", "min_length", "min_new_tokens", "do_s
            "top_p", "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "use_cache",
            "cache_implementation", "compile_config", "disable_compile", "transformers_version",
            "_from_model_config"}
-SAMPLING_ONLY = {"temperature", "top_k", "top_p"}
 
 
 def static_cache_requested(model, generation_config: GenerationConfig | None, kwargs: dict) -> bool:
@@ -40,17 +34,9 @@ def static_cache_requested(model, generation_config: GenerationConfig | None, kw
 def generate_fast(model, inputs=None, generation_config: GenerationConfig | None = None, *,
                   precision: str = "fp32", stop_check_every: int | None = None, compile: bool | str | None = None,
                   **kwargs) -> GenerationResult:
-    """Greedy or sampled generation of an AttnResForCausalLM through `attnres.generation.fast_generator`.
-
-    inputs / input_ids (B, T), attention_mask (B, T) (left padding) and every generation option
-    as transformers' `generate` takes them. Compilation follows transformers' switches:
-    `disable_compile=True` runs the same fixed-shape step eagerly; `compile_config` (a
-    transformers CompileConfig) compiles with its backend and mode; otherwise the step is compiled
-    only where that pays for the request ("auto", `attnres.generation.compile_choice`), in the device's
-    default mode (attnres.generation.fast_generator.DEFAULT_MODES). `compile` (True, False or "auto")
-    overrides those switches. precision: "fp32" or "bf16" (autocast).
-    Returns the GenerationResult (sequences (B, T + new) as `generate` returns them, and timings).
-    """
+    """`AttnResForCausalLM.generate_fast` of `model` (its doc gives the arguments): greedy or sampled
+    generation through `attnres.generation.fast_generator`, a step compiled by "auto" in the device's
+    default mode (attnres.generation.fast_generator.DEFAULT_MODES). Returns the GenerationResult."""
     config, model_kwargs = model._prepare_generation_config(generation_config, **kwargs)
     input_ids = inputs if inputs is not None else model_kwargs.pop("input_ids", None)
     model_kwargs.pop("input_ids", None)
@@ -132,17 +118,3 @@ def _max_new_tokens(model, config: GenerationConfig, kwargs: dict, given: Genera
         raise InputError(f"max_length={total} leaves no room after the prompt's {prompt} tokens; "
                          f"set max_new_tokens")
     return total - prompt
-
-
-def load_model_dir(model_dir, device: str = "cpu", dtype: torch.dtype = torch.float32):
-    """(AttnResForCausalLM in eval mode on `device` with its weights in `dtype`, its tokenizer) from a
-    directory written by `attnres convert` or a training checkpoint; InputError saying what is missing
-    otherwise."""
-    path = Path(model_dir)
-    check_model_dir(path)  # config.json, the weights' headers: one line each, not transformers' tracebacks
-    tokenizer = load_tokenizer(path, padding_side="left")
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    except (OSError, SafetensorError) as error:
-        raise InputError(f"MODEL {str(path)!r}: its weights could not be loaded ({error})") from None
-    return model.to(device).eval(), tokenizer

@@ -17,7 +17,7 @@ from attnres.common.checks import check_choice, check_int, check_positive_number
 from attnres.common.errors import InputError
 from attnres.common.machine import available_cpus, cpu_has_native_bf16
 from attnres.common.precision import PRECISIONS, WEIGHT_DTYPES
-from attnres.hf.fast_generation import load_model_dir
+from attnres.hf.model_dir import load_model_dir
 from attnres.generation.memory_bandwidth import read_bandwidth
 from attnres.routing import IMPLS
 

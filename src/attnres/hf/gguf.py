@@ -57,8 +57,9 @@ def read_gguf_weights(path: str | Path, expected_weights: int = 0) -> dict[str, 
         model, loading = AutoModelForCausalLM.from_pretrained(directory, gguf_file=name, dtype=torch.float32,
                                                               output_loading_info=True, ignore_mismatched_sizes=True)
     except (ValueError, RuntimeError) as error:
+        problem = " ".join(str(error).split())[:200]
         raise ConversionError(f"GGUF file {path}: a tensor does not fit the shape the metadata's model gives it "
-                              f"({_one_line(error)}); the file is damaged or not of this architecture") from None
+                              f"({problem}); the file is damaged or not of this architecture") from None
     finally:
         transformers_logging.set_verbosity(previous)
     mismatched = [f"{key} {tuple(found)} where the model has {tuple(wanted)}"
@@ -73,10 +74,6 @@ def read_gguf_weights(path: str | Path, expected_weights: int = 0) -> dict[str, 
                               f"({', '.join(missing[:4])}{', ...' if len(missing) > 4 else ''}, in transformers' "
                               f"names); the file is incomplete or not of this architecture")
     return dict(model.state_dict())
-
-
-def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())[:200]
 
 
 # GGUF metadata value types: the byte width of each fixed-size one; 8 is a string, 9 an array.

@@ -46,12 +46,8 @@ _ALIASES = {"num_experts": "num_local_experts", "num_experts_per_token": "num_ex
 
 
 def _get(hf_config: dict, key: str):
-    if key in hf_config:
-        return hf_config[key]
-    alias = _ALIASES.get(key)
-    if alias is not None and alias in hf_config:
-        return hf_config[alias]
-    return _DEFAULTS[key]
+    """hf_config[key], else its value under the alias, else KimiLinearConfig's default."""
+    return hf_config.get(key, hf_config.get(_ALIASES.get(key), _DEFAULTS[key]))
 
 
 def kimi_linear_fields(hf_config: dict) -> dict:
@@ -151,7 +147,6 @@ class Parts:
             return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
         k = self.per_entry
         return torch.stack([torch.cat(tensors[i:i + k]) if k > 1 else tensors[i] for i in range(0, len(tensors), k)])
-
 
     def check(self, tensors: list[torch.Tensor]) -> None:
         """Before any tensor is joined: every part floating-point (an int8 expert would be cast to float,

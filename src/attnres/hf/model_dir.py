@@ -1,6 +1,6 @@
 """A Hugging Face-format attnres directory (`attnres convert` output, or a training checkpoint), checked
-before a command loads it: config.json, the weight files' headers and the tokenizer, each refused in
-one line that names the file and what would work (transformers' own errors for these are tracebacks)."""
+before a command loads it (`load_model_dir`): config.json, the weight files' headers and the tokenizer,
+each refused in one line that names the file and what would work (transformers' own errors are tracebacks)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ import pickle
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import SafetensorError
 
 from attnres.checkpoint.weights import header_shapes, pickle_shapes, weights_misfit
 from attnres.common.errors import InputError
 from attnres.common.json_files import CONFIG_FILE, read_json_object
+from attnres.hf.convert import TORCH_FILES
 from attnres.model import AttnResLM, ModelConfig
 
 WHAT_WORKS = "give a directory written by `attnres convert` or a training checkpoint (runs/X/checkpoints/step_N)"
-BIN_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 def check_model_dir(model_dir: str | Path, what: str = "MODEL") -> dict:
@@ -38,15 +38,8 @@ def check_model_dir(model_dir: str | Path, what: str = "MODEL") -> dict:
     except InputError as error:
         raise InputError(f"{name}: config.json: {error}") from None
     weights = sorted(p for p in path.glob("*.safetensors") if p.name != "trainer.safetensors")
-    if not weights and not any((path / file).is_file() for file in BIN_WEIGHTS):
+    if not weights and not any((path / file).is_file() for file in TORCH_FILES):
         raise InputError(f"{name} has no weights (model.safetensors); {WHAT_WORKS}")
-    for file in weights:
-        try:
-            with safe_open(str(file), framework="pt"):
-                pass
-        except (SafetensorError, OSError) as error:
-            raise InputError(f"{name}: {file.name} is corrupt or truncated ({error}); convert the model again, or "
-                             f"take another checkpoint") from None
     _check_weights_fit(path, name, config, weights)
     return values
 
@@ -55,11 +48,16 @@ def _check_weights_fit(path: Path, name: str, config: ModelConfig, weights: list
     """InputError naming every missing, unexpected or mis-shaped tensor of the directory's weight files
     against the model its config.json describes (`weights_misfit`, the check `analyze` and `finetune`
     make), read from the headers: transformers would fill a missing tensor randomly and go on."""
-    if weights:
-        shapes = header_shapes(weights)
-    else:  # pytorch_model.bin, or the shards its index names
-        index = path / BIN_WEIGHTS[1]
-        files = [path / BIN_WEIGHTS[0]] if (path / BIN_WEIGHTS[0]).is_file() else [
+    shapes = {}
+    for file in weights:
+        try:
+            shapes.update(header_shapes([file]))
+        except (SafetensorError, OSError) as error:
+            raise InputError(f"{name}: {file.name} is corrupt or truncated ({error}); convert the model "
+                             f"again, or take another checkpoint") from None
+    if not weights:  # pytorch_model.bin, or the shards its index names
+        index = path / TORCH_FILES[1]
+        files = [path / TORCH_FILES[0]] if (path / TORCH_FILES[0]).is_file() else [
             path / shard for shard in sorted(set(_bin_index_shards(index, name)))]
         try:
             shapes = pickle_shapes(files)
@@ -99,3 +97,19 @@ def load_tokenizer(model_dir: str | Path, what: str = "MODEL", **kwargs):
         raise InputError(f"{what} {str(model_dir)!r}: no tokenizer could be loaded from it ({problem}); give a "
                          f"directory with its tokenizer files, as `attnres convert` and training checkpoints "
                          f"write them") from None
+
+
+def load_model_dir(model_dir, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """(AttnResForCausalLM in eval mode on `device` with its weights in `dtype`, its tokenizer) from a
+    directory written by `attnres convert` or a training checkpoint; InputError saying what is missing
+    otherwise."""
+    from transformers import AutoModelForCausalLM
+
+    path = Path(model_dir)
+    check_model_dir(path)  # config.json, the weights' headers: one line each, not transformers' tracebacks
+    tokenizer = load_tokenizer(path, padding_side="left")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except (OSError, SafetensorError) as error:
+        raise InputError(f"MODEL {str(path)!r}: its weights could not be loaded ({error})") from None
+    return model.to(device).eval(), tokenizer

@@ -2,27 +2,22 @@
 
 `stream_to_hf` writes what `convert_to_hf` writes (the same tensors bit for bit, config.json,
 generation_config.json, the tokenizer files) without holding the model or the checkpoint. Before any
-weight is read it checks the config (`model_config_from_hf`) and every tensor's name and shape from
-the safetensors headers alone: the same mapping and refusals as `convert_state_dict`, run on meta
-tensors that stand in for the weights, Kimi Linear's expert stacking and convolution joins included
-(`kimi_linear.runtime_layout`). The output's layout is then fixed (names, dtypes, shapes, shards of
-at most `max_shard_size` bytes split as transformers splits them, byte offsets), and each source
-shard is opened in turn with safetensors' lazy reader and its tensors copied, a slice of at most
-`CHUNK_BYTES` at a time, cast to the requested dtype and written straight to their place in the
-output files. A run-time tensor made of several checkpoint tensors (Kimi's stacked experts, joined
-convolutions) is their bytes in order, so each part is written where it belongs and no group is
-ever gathered in memory. Peak memory: the source shard being read (its pages are mapped while it is
-open, and released when it closes) plus a constant, whatever the model's size.
+weight is read it checks the config (`model_config_from_hf`), then runs the in-memory reader and
+mapping (`convert._read_weights`, `convert_state_dict`) on meta tensors made from the safetensors
+headers alone: the same refusals, shard index and Kimi Linear's expert stacking and convolution
+joins included. The output's layout is then fixed (names, dtypes, shapes, shards of at most
+`max_shard_size` bytes split as transformers splits them, byte offsets), and each source shard is
+opened in turn with safetensors' lazy reader and its tensors copied, a slice of at most `CHUNK_BYTES`
+at a time, cast to the requested dtype and written straight to their place in the output files. A
+run-time tensor made of several checkpoint tensors (Kimi's stacked experts, joined convolutions) is
+their bytes in order, so each part is written where it belongs and no group is ever gathered in
+memory. Peak memory: the source shard being read (mapped while it is open) plus a constant.
 
 The routing parameters, absent from any source checkpoint, take their initialisation (zero queries,
 unit key gains, zero gates, ...) on the depth mixers alone, built in the requested dtype as
 `convert_checkpoint` builds them, so they are bit-identical to its. mHC draws its projections from
 torch's global generator; since the rest of the model is never initialised here, those draws differ
 from the in-memory path's (mHC does not convert function-preservingly either way).
-
-GGUF files (transformers reads and dequantises them whole) and `pytorch_model.bin` checkpoints (a
-pickle cannot be read a tensor at a time) still convert in memory: `stream_to_hf` hands them to
-`convert_to_hf`.
 """
 
 from __future__ import annotations
@@ -35,21 +30,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
+from safetensors import safe_open
 
 from attnres.checkpoint.hf_dir import read_generation_config, special_token_ids
 from attnres.data.tiktoken_files import check_tiktoken_source
 from attnres.hf import export
-from attnres.hf.convert import (_checkpoint_directory, _read_sharded, check_tied_head, convert_state_dict,
-                                model_config_from_hf, read_source_config)
+from attnres.hf.convert import (SAFETENSORS_FILES, _read_safetensors, _read_weights, check_tied_head,
+                                convert_state_dict, model_config_from_hf, read_source_config)
 from attnres.hf.conversion_error import ConversionError
 from attnres.hf.kimi_linear import MODEL_TYPE as KIMI_LINEAR
 from attnres.hf.kimi_linear import Parts, runtime_layout
 from attnres.model import AttnResLM, ModelConfig
 from attnres.model.init_weights import init_module
 
-SINGLE_FILE = "model.safetensors"
-INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE, INDEX_FILE = SAFETENSORS_FILES
 DEFAULT_MAX_SHARD_SIZE = "5GB"  # the Hub's customary shard size; memory does not depend on it
 CHUNK_BYTES = 16 * 2**20  # the most bytes of one tensor read (and cast) at once
 _SIZE_UNITS = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3}  # as transformers reads "5GB"
@@ -57,12 +51,9 @@ _SIZE_UNITS = {"TB": 10**12, "GB": 10**9, "MB": 10**6, "KB": 10**3}  # as transf
 # safetensors' dtype names; a file's tensors lie in the order safetensors itself writes them: by
 # dtype, widest first (its enum order, reversed), then by name.
 _DTYPE_NAMES = {torch.float64: "F64", torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
-                torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-                torch.bool: "BOOL"}
-for _name, _attr in (("F8_E4M3", "float8_e4m3fn"), ("F8_E5M2", "float8_e5m2"), ("U16", "uint16"),
-                     ("U32", "uint32"), ("U64", "uint64")):
-    if hasattr(torch, _attr):
-        _DTYPE_NAMES[getattr(torch, _attr)] = _name
+                torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2", torch.int64: "I64",
+                torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint64: "U64",
+                torch.uint32: "U32", torch.uint16: "U16", torch.uint8: "U8", torch.bool: "BOOL"}
 _TORCH_DTYPES = {name: dtype for dtype, name in _DTYPE_NAMES.items()}
 _WRITE_ORDER = ["U64", "I64", "F64", "F32", "U32", "I32", "BF16", "F16", "U16", "I16", "F8_E4M3", "F8_E5M2", "I8",
                 "U8", "BOOL"]
@@ -99,27 +90,26 @@ class _Tensor:
 
 @dataclass
 class _Plan:
-    config: ModelConfig
     model: AttnResLM  # on the meta device, but for its routing parameters
     tensors: list[_Tensor]  # in state-dict order
     sources: dict[str, Path]  # checkpoint name -> the file holding it
     source_shapes: dict[str, tuple[int, ...]]
-    tie_check: tuple[str, str] | None  # (head, embedding) checkpoint names to compare before writing
     num_parameters: int
 
 
 def streamable(source) -> bool:
-    """True for a checkpoint directory that `stream_to_hf` streams: model.safetensors, or shards named by
-    model.safetensors.index.json (read in that order of preference, as `convert_checkpoint` reads them)."""
+    """True for a checkpoint directory that `stream_to_hf` streams: one with model.safetensors, or shards
+    named by model.safetensors.index.json."""
     path = Path(source)
-    return path.is_dir() and ((path / SINGLE_FILE).is_file() or (path / INDEX_FILE).is_file())
+    return path.is_dir() and any((path / name).is_file() for name in SAFETENSORS_FILES)
 
 
 def stream_to_hf(source: str | Path, out_dir: str | Path, residual: str = "standard", residual_options=None,
                  dtype: torch.dtype = torch.float32, max_seq_len: int | None = None,
                  max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE) -> Converted:
     """`convert_to_hf` in bounded memory for a safetensors checkpoint directory (module doc); a GGUF
-    file or a pytorch_model.bin checkpoint converts in memory through `convert_to_hf`.
+    file (transformers reads it whole) or a pytorch_model.bin checkpoint (a pickle is not read a tensor
+    at a time) converts in memory through `convert_to_hf`.
 
     max_shard_size: the most bytes of one output file (an int, or "5GB", "500MB", ...); a larger model
     is split into model-0000i-of-0000n.safetensors with model.safetensors.index.json, as transformers
@@ -141,10 +131,7 @@ def stream_to_hf(source: str | Path, out_dir: str | Path, residual: str = "stand
     source_config = read_source_config(source)
     config = model_config_from_hf(source_config, residual=residual, residual_options=residual_options,
                                   max_seq_len=max_seq_len)  # config refusals before any weight is read
-    plan = _plan(_checkpoint_directory(source), source_config, config, dtype)
-    if plan.tie_check is not None:
-        head, embed = plan.tie_check
-        check_tied_head(_read_tensor(plan.sources[head], head), _read_tensor(plan.sources[embed], embed))
+    plan = _plan(source, source_config, config, dtype)
     ids, generation = special_token_ids(source_config), read_generation_config(source)
 
     def write(tmp: Path) -> None:
@@ -159,25 +146,23 @@ def stream_to_hf(source: str | Path, out_dir: str | Path, residual: str = "stand
 # Planning: names, shapes and places, from the headers alone
 
 
-def _plan(directory: Path, hf_config: dict, config: ModelConfig, dtype: torch.dtype) -> _Plan:
-    """Check the checkpoint against `config` from its headers and lay out the output (module doc)."""
+def _plan(source: str | Path, hf_config: dict, config: ModelConfig, dtype: torch.dtype) -> _Plan:
+    """Check the checkpoint against `config` from its headers (and a tied head's values) and lay out the
+    output (module doc)."""
     sources: dict[str, Path] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
 
     def headers(file: Path) -> dict[str, torch.Tensor]:
         stand_ins = _header_stand_ins(file)
         sources.update(dict.fromkeys(stand_ins, file))
+        shapes.update({name: tuple(t.shape) for name, t in stand_ins.items()})
         return stand_ins
 
-    if (directory / SINGLE_FILE).is_file():
-        stand_ins = headers(directory / SINGLE_FILE)
-    else:  # the shard index's checks, exactly as the in-memory reader makes them
-        stand_ins = _read_sharded(directory / INDEX_FILE, headers)
-    model_type = hf_config.get("model_type")
-    layout = runtime_layout(stand_ins) if model_type == KIMI_LINEAR else {n: Parts((n,)) for n in stand_ins}
-    runtime: dict[str, torch.Tensor] = {}
-    for name, parts in layout.items():  # on meta tensors: Parts.check refuses parts that do not fit, unread
-        runtime[name] = parts.assemble([stand_ins[key] for key in parts.names])
-    # A tied head is compared with the embedding on its values, read before writing (`check_tied_head`).
+    # The in-memory reader and its checks (shard index, Kimi's sets), on meta tensors: nothing is read.
+    runtime = _read_weights(source, hf_config, headers)
+    kimi = hf_config.get("model_type") == KIMI_LINEAR
+    layout = runtime_layout(sources) if kimi else {name: Parts((name,)) for name in sources}
+    # A tied head is compared with the embedding on its values, read below, before writing.
     heads = [name for name in runtime if name.removeprefix("model.") == "lm_head.weight"]
     head = heads[0] if config.tie_embeddings and len(heads) == 1 else None
     if head is not None:
@@ -185,7 +170,9 @@ def _plan(directory: Path, hf_config: dict, config: ModelConfig, dtype: torch.dt
     mapped = convert_state_dict(runtime, config)  # every name and shape check; tensors are the stand-ins
     runtime_name = {id(tensor): name for name, tensor in runtime.items()}
     parts_of = {name: layout[runtime_name[id(tensor)]].names for name, tensor in mapped.items()}
-    tie_check = (layout[head].names[0], parts_of["embed_tokens.weight"][0]) if head is not None else None
+    if head is not None:
+        pair = layout[head].names[0], parts_of["embed_tokens.weight"][0]
+        check_tied_head(*(_read_tensor(sources[key], key) for key in pair))
 
     # The model as convert_checkpoint builds it (in `dtype`), weightless: the output's names and dtypes.
     previous = torch.get_default_dtype()
@@ -200,27 +187,21 @@ def _plan(directory: Path, hf_config: dict, config: ModelConfig, dtype: torch.dt
     for name, tensor in model.state_dict().items():
         if config.tie_embeddings and name == "lm_head.weight":
             continue  # transformers saves a tied head once, as the embedding
-        entry = _Tensor(f"model.{name}", tensor.dtype, tuple(tensor.shape))
-        if name in routing:
-            entry.value = routing[name]
-        else:
-            entry.parts = parts_of[name]
-        tensors.append(entry)
-    shapes = {key: tuple(t.shape) for key, t in stand_ins.items()}
+        tensors.append(_Tensor(f"model.{name}", tensor.dtype, tuple(tensor.shape),
+                               parts=parts_of.get(name, ()), value=routing.get(name)))
     count = sum(p.numel() for p in model.parameters())
-    return _Plan(config, model, tensors, sources, shapes, tie_check, count)
+    return _Plan(model, tensors, sources, shapes, count)
 
 
 def _header_stand_ins(file: Path) -> dict[str, torch.Tensor]:
     """{name: a meta tensor of its shape and dtype} of one safetensors file, from its header alone."""
-    try:
+    def entries() -> dict[str, tuple[list[int], str]]:
         with safe_open(str(file), framework="pt") as handle:
-            entries = {name: (handle.get_slice(name).get_shape(), handle.get_slice(name).get_dtype())
-                       for name in handle.keys()}
-    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        raise ConversionError(f"cannot read {file} (corrupt or truncated safetensors file?): {error}") from error
+            return {name: (handle.get_slice(name).get_shape(), handle.get_slice(name).get_dtype())
+                    for name in handle.keys()}
+
     stand_ins = {}
-    for name, (shape, dtype_name) in entries.items():
+    for name, (shape, dtype_name) in _read_safetensors(file, entries).items():
         if dtype_name not in _TORCH_DTYPES:
             raise ConversionError(f"{file}: tensor {name!r} has dtype {dtype_name}, which attnres does not convert")
         if dtype_name.startswith("F8") and len(shape) >= 2:
@@ -291,9 +272,9 @@ def _split(tensors: list[_Tensor], limit: int) -> list[list[_Tensor]]:
     return shards
 
 
-def _header(shard: list[_Tensor]) -> tuple[bytes, int]:
-    """(the 8-byte length and JSON header of a safetensors file holding `shard`, its data's size),
-    setting each tensor's `offset` to where its data starts in the file. The header is what
+def _header(shard: list[_Tensor], file: int) -> tuple[bytes, int]:
+    """(the 8-byte length and JSON header of output file `file`, holding `shard`, its data's size), setting
+    each tensor's `file` and its `offset`, where its data starts in the file. The header is what
     safetensors writes: metadata first, tensors in their data's order, padded with spaces to 8 bytes."""
     ordered = sorted(shard, key=lambda t: (_WRITE_ORDER.index(_DTYPE_NAMES[t.dtype]), t.name))
     header: dict = {"__metadata__": {"format": "pt"}}
@@ -301,7 +282,7 @@ def _header(shard: list[_Tensor]) -> tuple[bytes, int]:
     for tensor in ordered:
         header[tensor.name] = {"dtype": _DTYPE_NAMES[tensor.dtype], "shape": list(tensor.shape),
                                "data_offsets": [begin, begin + tensor.nbytes]}
-        tensor.offset = begin
+        tensor.file, tensor.offset = file, begin
         begin += tensor.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
@@ -322,9 +303,7 @@ def _write_weights(tmp: Path, plan: _Plan, limit: int) -> None:
     fds, expected = [], []
     try:
         for index, (name, shard) in enumerate(zip(names, shards, strict=True)):
-            header, size = _header(shard)
-            for tensor in shard:
-                tensor.file = index
+            header, size = _header(shard, index)
             fd = os.open(tmp / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             fds.append(fd)
             _pwrite(fd, memoryview(header), 0)
@@ -358,21 +337,19 @@ def _copy_shard(source: Path, jobs: list[tuple[str, _Tensor, int]], fds: list[in
     """Copy each listed tensor of one source file to its place, at most CHUNK_BYTES at a time, cast to
     its target's dtype; returns the bytes written per output file. The file is open (mapped) only here."""
     written: dict[int, int] = {}
-    with _read(source, "the header", safe_open, str(source), "pt") as handle:
+    with _read_safetensors(f"the header from {source}", safe_open, str(source), "pt") as handle:
         for key, target, offset in jobs:
             view = handle.get_slice(key)
             shape = view.get_shape()
             if not shape:
-                chunks = [(0, None)]
+                chunks = [None]  # a 0-d tensor, read whole
             else:
                 row = math.prod(shape[1:]) * max(target.dtype.itemsize, _TORCH_DTYPES[view.get_dtype()].itemsize)
                 step = max(1, CHUNK_BYTES // max(1, row))
-                chunks = [(a, min(a + step, shape[0])) for a in range(0, shape[0], step)] or [(0, 0)]
-            for begin, end in chunks:
-                if end is None:  # a 0-d tensor
-                    part = _read(source, key, handle.get_tensor, key)
-                else:
-                    part = _read(source, key, view.__getitem__, slice(begin, end))
+                chunks = [slice(a, min(a + step, shape[0])) for a in range(0, shape[0], step)]
+            for chunk in chunks:
+                read = (handle.get_tensor, key) if chunk is None else (view.__getitem__, chunk)
+                part = _read_safetensors(f"{key} from {source}", *read)
                 if part.is_floating_point() and not bool(torch.isfinite(part).all()):
                     raise ConversionError(f"{source}: tensor {key} holds NaN or infinite values; the source "
                                           f"checkpoint is damaged")
@@ -383,18 +360,9 @@ def _copy_shard(source: Path, jobs: list[tuple[str, _Tensor, int]], fds: list[in
     return written
 
 
-def _read(source: Path, key: str, read, *args):
-    """read(*args), with a failure to read `key` of `source` as one ConversionError line."""
-    try:
-        return read(*args)
-    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        raise ConversionError(f"cannot read {key} from {source} (corrupt or truncated safetensors file?): "
-                              f"{error}") from error
-
-
 def _read_tensor(source: Path, key: str) -> torch.Tensor:
-    with _read(source, "the header", safe_open, str(source), "pt") as handle:
-        return _read(source, key, handle.get_tensor, key)
+    with _read_safetensors(f"the header from {source}", safe_open, str(source), "pt") as handle:
+        return _read_safetensors(f"{key} from {source}", handle.get_tensor, key)
 
 
 def _write_tensor(fd: int, tensor: torch.Tensor, offset: int) -> int:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnres.common.atomic import write_atomic
 from attnres.common.machine import cpu_facts
 from attnres.report.variant_names import entry_options
 from attnres.report.compare_summary import BASELINE, run_depth_stats, summarize
-from attnres.report.document import compact, dumps_json, fmt, jsonable, render_html, render_markdown
+from attnres.report.document import compact, fmt, plus_minus, write_document
 from attnres.report.names import slug, unique_name
 from attnres.train.train_config import TrainConfig
 
@@ -24,11 +23,6 @@ from attnres.train.train_config import TrainConfig
 def signed(value, decimals: int = 3) -> str:
     """'+0.012' / '-0.034'; a rounding residue like -4e-16 prints as +0.000, not -0.000."""
     return "-" if value is None else f"{round(value, decimals) + 0.0:+.{decimals}f}"
-
-
-def _pm(mean, std, n: int, spec: str) -> str:
-    """'mean ± std' over seeds; the mean alone for one seed, whose std says nothing."""
-    return fmt(mean, spec) if n < 2 else f"{fmt(mean, spec)} ± {fmt(std, spec)}"
 
 
 def _interval(mean, halfwidth) -> str:
@@ -56,10 +50,12 @@ def step_ratio_cell(entry: dict, is_baseline: bool = False) -> str:
 
 
 def result_row(name: str, entry: dict, is_baseline: bool) -> list[str]:
-    """One row of the results table, as report.md and index.html print it."""
-    n = len(entry["seeds"])
-    return [name, _pm(entry["val_loss_mean"], entry["val_loss_std"], n, ".3f"),
-            _pm(entry["ppl_mean"], entry["ppl_std"], n, ".2f"), _interval(entry["ppl_mean"], entry.get("ppl_ci95")),
+    """One row of the results table, as report.md and index.html print it (mean ± std over seeds; the
+    mean alone for one seed, whose std says nothing)."""
+    several = len(entry["seeds"]) > 1
+    return [name, plus_minus(entry["val_loss_mean"], entry["val_loss_std"] if several else None, ".3f"),
+            plus_minus(entry["ppl_mean"], entry["ppl_std"] if several else None, ".2f"),
+            _interval(entry["ppl_mean"], entry.get("ppl_ci95")),
             "baseline" if is_baseline else signed(entry["delta_vs_standard"]),
             step_ratio_cell(entry, is_baseline), fmt(entry.get("peak_memory_ratio"), ".2f", "×"),
             fmt(entry["max_weight_deep"], ".3f")]
@@ -82,20 +78,15 @@ def cost_row(name: str, entry: dict, is_baseline: bool) -> list[str]:
 
 
 RUN_HEADER = ["variant", "seed", "final val loss", "training step, wall (s)", "tokens/s while training"]
-
-
-def _run_row(name: str, run: dict) -> list[str]:
-    return [name, str(run["seed"]), fmt(run["final_val_loss"], ".3f"), fmt(run.get("step_time_s"), ".3f"),
-            fmt(run.get("tokens_per_s"), ",.1f")]
-
-
 STABILITY_HEADER = ["variant", "loss spikes", "grad-norm spikes", "clip rate"]
 NOT_RECORDED = "n/a"  # a run recorded before divergence events were counted
 
 
-def per_seed_cell(mean, by_seed: list, mean_spec: str, seed_spec: str) -> str:
-    """The mean over seeds, then each seed's value in seed order: "1.5 (1, 2)"; one seed: its value
-    alone; "n/a" for a seed (or, when no seed has one, the cell) without the value."""
+def per_seed_cell(entry: dict, key: str, mean_spec: str, seed_spec: str) -> str:
+    """The mean over seeds of a summary entry's `key` (its `<key>_mean`), then each seed's value in seed
+    order (`<key>_by_seed`): "1.5 (1, 2)"; one seed: its value alone; "n/a" for a seed (or, when no seed
+    has one, the cell) without the value."""
+    mean, by_seed = entry.get(f"{key}_mean"), entry.get(f"{key}_by_seed") or []
     if mean is None:
         return NOT_RECORDED
     if len(by_seed) < 2:
@@ -107,20 +98,15 @@ def per_seed_cell(mean, by_seed: list, mean_spec: str, seed_spec: str) -> str:
 def stability_row(name: str, entry: dict) -> list[str]:
     """One row of the training-stability table: loss spikes, gradient-norm spikes (counts) and clip rate
     (share of steps), each as the mean over seeds with the per-seed values."""
-    return [name, per_seed_cell(entry.get("loss_spikes_mean"), entry.get("loss_spikes_by_seed") or [], ".1f", ".0f"),
-            per_seed_cell(entry.get("grad_spikes_mean"), entry.get("grad_spikes_by_seed") or [], ".1f", ".0f"),
-            per_seed_cell(entry.get("clip_rate_mean"), entry.get("clip_rate_by_seed") or [], ".1%", ".1%")]
+    specs = {"loss_spikes": (".1f", ".0f"), "grad_spikes": (".1f", ".0f"), "clip_rate": (".1%", ".1%")}
+    return [name, *(per_seed_cell(entry, key, *spec) for key, spec in specs.items())]
 
 
 def _settings_rows(settings) -> list[list[str]]:
     if not isinstance(settings, dict):
         return [["settings", compact(settings)]]
-    rows = []
-    for section, values in settings.items():
-        text = (", ".join(f"{k}={compact(v)}" for k, v in values.items()) if isinstance(values, dict)
-                else compact(values))
-        rows.append([str(section), text])
-    return rows
+    return [[str(section), ", ".join(f"{k}={compact(v)}" for k, v in values.items())
+             if isinstance(values, dict) else compact(values)] for section, values in settings.items()]
 
 
 # ---------------------------------------------------------------- figures
@@ -132,8 +118,8 @@ def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[st
 
     fig_dir = out_dir / "figures"
     preset = results.get("preset", "")
-    seeds = len(results.get("seeds") or []) or max(len(e["seeds"]) for e in summary.values())
     most_seeds = max(len(e["seeds"]) for e in summary.values())
+    seeds = len(results.get("seeds") or []) or most_seeds
     routed = {n: e for n, e in summary.items() if e["residual"] != BASELINE}
     styles = series_styles(summary)  # one look per variant, the same in every figure and report
     figures = []
@@ -171,9 +157,7 @@ def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[st
                     "a steady rise with depth is the growth that dilutes deep layers' contributions."))
 
     used: set[str] = set()
-    for variant in results["variants"]:
-        if variant["name"] not in routed:
-            continue
+    for variant in (v for v in results["variants"] if v["name"] in routed):
         run = min(variant["runs"], key=lambda r: r["seed"])  # the report's reference seed
         stats = run_depth_stats(run)
         if not stats or not stats["source_names"]:
@@ -190,17 +174,12 @@ def _write_figures(results: dict, summary: dict, out_dir: Path) -> list[tuple[st
     return figures
 
 
-def _train_setting(results: dict, name: str):
-    """A training setting of the compared runs: the preset's value, else TrainConfig's default."""
-    train = (results.get("settings") or {}).get("train")
-    if isinstance(train, dict) and name in train:
-        return train[name]
-    return TrainConfig.__dataclass_fields__[name].default
-
-
 def _stability_blocks(results: dict, summary: dict) -> list[tuple]:
-    """The training-stability section: how events are defined (with the runs' settings) and the table."""
-    setting = {name: _train_setting(results, name) for name in
+    """The training-stability section: how events are defined (with the runs' settings: the preset's
+    values, else TrainConfig's defaults) and the table."""
+    train = (results.get("settings") or {}).get("train")
+    train = train if isinstance(train, dict) else {}
+    setting = {name: train.get(name, TrainConfig.__dataclass_fields__[name].default) for name in
                ("stability_window", "loss_spike_mads", "loss_spike_floor", "grad_spike_ratio", "grad_clip")}
     window = setting["stability_window"]
     clip = ("the share of steps whose pre-clip gradient norm was above train.grad_clip="
@@ -220,8 +199,7 @@ def _stability_blocks(results: dict, summary: dict) -> list[tuple]:
 
 def _expert_blocks(summary: dict) -> list[tuple]:
     """The expert-balance section of a mixture-of-experts comparison (nothing without experts)."""
-    rows = [[name, per_seed_cell(entry.get("expert_imbalance_mean"), entry.get("expert_imbalance_by_seed") or [],
-                                 ".2f", ".2f"),
+    rows = [[name, per_seed_cell(entry, "expert_imbalance", ".2f", ".2f"),
              ", ".join(fmt(value, ".2f") for value in entry.get("expert_imbalance_by_layer") or [])]
             for name, entry in summary.items() if entry.get("expert_imbalance_mean") is not None]
     if not rows:
@@ -243,14 +221,6 @@ def _machine_text(machine: dict) -> str:
             + f", {machine.get('threads', '?')} torch threads, torch {machine.get('torch', '?')}")
 
 
-def _interval_text(summary: dict, repeats: int) -> str:
-    """How the range was formed, with its coverage (the same for every variant: one number of rounds)."""
-    coverage = next((e["step_time_coverage"] for e in summary.values() if e.get("step_time_coverage")), None)
-    covered = "" if coverage is None else f" (here {coverage:.0%} with {repeats} rounds)"
-    return ("the k-th lowest to the k-th highest per-round ratio, with the largest k that keeps its coverage "
-            f"at 90% or more{covered}")
-
-
 def _cost_blocks(results: dict, summary: dict) -> list[tuple]:
     """The cost section: what was measured, how, on what, and the table; or why there is none."""
     cost = results.get("cost")
@@ -261,6 +231,9 @@ def _cost_blocks(results: dict, summary: dict) -> list[tuple]:
     settings = cost["settings"]
     noisy = [n for n, e in summary.items() if e.get("step_time_noisy")]
     threshold = settings["noise_threshold"]
+    # the interval's coverage: the same for every variant (one number of rounds)
+    coverage = next((e["step_time_coverage"] for e in summary.values() if e.get("step_time_coverage")), None)
+    covered = "" if coverage is None else f" (here {coverage:.0%} with {settings['repeats']} rounds)"
     text = (f"Measured {cost.get('created', '-')} in the process that wrote this report, after training, as "
             f"`attnres bench` measures: a fresh model of each variant's configuration (weights from seed "
             f"{settings['seed']}, a random {settings['batch_size']} x {settings['seq_len']} token batch), its "
@@ -268,7 +241,8 @@ def _cost_blocks(results: dict, summary: dict) -> list[tuple]:
             f"{settings['repeats']} rounds after {settings['warmup']} warm-up round(s), every variant once per "
             "round, standard first. Step × standard is the median over rounds of the variant's step divided by "
             "standard's step in the same round; the range is a distribution-free confidence interval of that "
-            f"median: {_interval_text(summary, settings['repeats'])}. A ratio whose range is wider than "
+            "median: the k-th lowest to the k-th highest per-round ratio, with the largest k that keeps its "
+            f"coverage at 90% or more{covered}. A ratio whose range is wider than "
             f"{threshold:.0%} of it is shown as noisy instead of a number: the machine's load changed while it "
             "was measured, and the interval could not tell a 1.05x cost from a 1.25x one. Routing "
             f"{settings['routing']} (routing_impl={settings['routing_impl']}), precision {settings['precision']}, "
@@ -349,15 +323,16 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                *_evidence_blocks(results),
                *_cost_blocks(results, summary),
                ("h2", "Runs"),
-               ("table", RUN_HEADER, [_run_row(v["name"], r) for v in results["variants"] for r in v["runs"]], True),
+               ("table", RUN_HEADER, [[v["name"], str(r["seed"]), fmt(r["final_val_loss"], ".3f"),
+                                       fmt(r.get("step_time_s"), ".3f"), fmt(r.get("tokens_per_s"), ",.1f")]
+                                      for v in results["variants"] for r in v["runs"]], True),
                ("p", "Training step: the median wall time of each run's training steps (its first few left out); runs "
                      "were made one after another, so these times include whatever else the machine did then and "
                      "are not a cost comparison (the Cost section is)."),
                *_stability_blocks(results, summary),
                *_expert_blocks(summary),
                ("h2", "Figures")]
-    blocks += [("figure", path, alt, caption) for path, alt, caption in figures]
-    return blocks
+    return blocks + [("figure", *figure) for figure in figures]
 
 
 # ---------------------------------------------------------------- files
@@ -383,11 +358,8 @@ def write_report(results: dict, out_dir: Path) -> list[Path]:
     """
     summary = summarize(results)  # validates before anything is written
     out_dir = Path(out_dir)
-    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     figures = _write_figures(results, summary, out_dir)
-    full = jsonable({**results, "summary": summary, "figures": [path for path, _, _ in figures]})
-    blocks = _document(results, summary, figures)
-    written = [write_atomic(out_dir / "results.json", dumps_json(full) + "\n"),
-               write_atomic(out_dir / "report.md", render_markdown(blocks)),
-               write_atomic(out_dir / "index.html", render_html(blocks))]
-    return written + [out_dir / path for path, _, _ in figures]
+    paths = [path for path, _, _ in figures]
+    written = write_document(out_dir, {**results, "summary": summary, "figures": paths},
+                             _document(results, summary, figures))
+    return written + [out_dir / path for path in paths]

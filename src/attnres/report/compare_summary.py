@@ -21,8 +21,8 @@ REQUIRED_VARIANT_KEYS = ("name", "residual", "runs")
 REQUIRED_RUN_KEYS = ("seed", "val_curve", "final_val_loss", "depth_stats")
 # The summary's cost keys (`cost_summary`); all None where results hold no cost measurement.
 COST_KEYS = ("step_time_s", "step_time_ratio", "step_time_low", "step_time_high", "step_time_coverage",
-             "step_time_spread",
-             "step_time_noisy", "peak_memory_bytes", "activation_bytes", "peak_memory_ratio", "activation_ratio")
+             "step_time_spread", "step_time_noisy", "peak_memory_bytes", "activation_bytes",
+             "peak_memory_ratio", "activation_ratio")
 # A run record's "stability" totals (`attnres.train.stability.run_totals`) that the summary carries per variant.
 STABILITY_KEYS = ("loss_spikes", "grad_spikes", "clip_rate")
 
@@ -61,10 +61,6 @@ def run_depth_stats(run: dict) -> dict | None:
     """A run's depth statistics as a dict (`DepthStats.to_dict()`), whether stored as object or dict."""
     stats = run["depth_stats"]
     return stats.to_dict() if hasattr(stats, "to_dict") else stats
-
-
-def _exp(x: float) -> float:
-    return math.exp(x) if not x > 700 else math.inf  # a diverged run must not crash the report
 
 
 def _mean_by_position(rows: list[list]) -> list[float | None]:
@@ -132,10 +128,10 @@ def cost_summary(cost: dict | None, name: str, baseline: str = BASELINE) -> dict
             "activation_ratio": ratio(memory.get("activation_bytes"), base_memory.get("activation_bytes"))}
 
 
-def _summarize_variant(variant: dict, baseline: dict) -> dict:
+def _summarize_variant(variant: dict) -> dict:
     runs = variant["runs"]
     losses = [float(r["final_val_loss"]) for r in runs]
-    ppl = [_exp(x) for x in losses]
+    ppl = [math.exp(x) if not x > 700 else math.inf for x in losses]  # a diverged run must not crash
     stats = [s for s in map(run_depth_stats, runs) if s]
     deep = [summarize_max_weights(s["max_weight"])["max_weight_deep"] for s in stats]
     deep = [d for d in deep if d is not None]
@@ -143,15 +139,13 @@ def _summarize_variant(variant: dict, baseline: dict) -> dict:
     out = {"residual": variant["residual"], "residual_options": options.to_dict() if options else None,
            "query_init": variant.get("query_init"), "seeds": [r["seed"] for r in runs],
            "val_loss_mean": mean(losses), "val_loss_std": sample_std(losses), "val_loss_ci95": ci95_halfwidth(losses),
-           "ppl_mean": mean(ppl), "ppl_std": sample_std(ppl), "ppl_ci95": ci95_halfwidth(ppl)}
-    out["max_weight_deep"] = mean(deep)
-    out["max_weight_by_depth"] = _mean_by_position([s["max_weight"] for s in stats])
-    out["hidden_rms_by_depth"] = _mean_by_position([s["hidden_rms"] for s in stats])
-    out["val_curve"] = _average_curve([r["val_curve"] for r in runs])
-    out["train_curve"] = _average_curve([r.get("train_curve") or [] for r in runs])
-    out.update(stability_summary(runs))
-    out.update(expert_summary(runs))
-    return out
+           "ppl_mean": mean(ppl), "ppl_std": sample_std(ppl), "ppl_ci95": ci95_halfwidth(ppl),
+           "max_weight_deep": mean(deep),
+           "max_weight_by_depth": _mean_by_position([s["max_weight"] for s in stats]),
+           "hidden_rms_by_depth": _mean_by_position([s["hidden_rms"] for s in stats]),
+           "val_curve": _average_curve([r["val_curve"] for r in runs]),
+           "train_curve": _average_curve([r.get("train_curve") or [] for r in runs])}
+    return {**out, **stability_summary(runs), **expert_summary(runs)}
 
 
 def summarize(results: dict) -> dict:
@@ -173,10 +167,9 @@ def summarize(results: dict) -> dict:
     """
     variants = _checked_variants(results)
     baseline = next(v for v in variants if v["residual"] == BASELINE)
-    summary = {v["name"]: _summarize_variant(v, baseline) for v in variants}
+    summary = {v["name"]: _summarize_variant(v) for v in variants}
+    base_loss = summary[baseline["name"]]["val_loss_mean"]
     for name, entry in summary.items():
         entry.update(cost_summary(results.get("cost"), name, baseline["name"]))
-    base_loss = summary[baseline["name"]]["val_loss_mean"]
-    for entry in summary.values():
         entry["delta_vs_standard"] = entry["val_loss_mean"] - base_loss
     return summary

@@ -110,18 +110,8 @@ def plot_grad_norms_by_depth(series: dict[str, Sequence[float]], path, title: st
 
     series: name -> 2L values (as `collect_grad_norms`). Logarithmic y axis when values span > 20x.
     """
-    with matplotlib.rc_context(STYLE):
-        fig, (ax,) = plots.new_figure(4.8 + 0.25 * ((len(series) + 1) // 2))
-        lines = plots.draw_lines(ax, series, styles)
-        if lines.drawn:
-            plots.integer_ticks(ax, lines.longest, first=lines.first)
-            plots.log_scale_if_wide(ax, lines.values)
-        else:
-            plots.empty_note(ax, "no values")
-        ax.set(title=wrapped(title), xlabel="sub-layer output (even: attention, odd: MLP)",
-               ylabel="gradient RMS (per token's loss)")
-        plots.legend(ax, lines.drawn)
-        return plots.save_figure(fig, path)
+    return plots.depth_figure(series, path, title, styles, "sub-layer output (even: attention, odd: MLP)",
+                              "gradient RMS (per token's loss)", "no values", final=False, log=True)
 
 
 def plot_entropy_by_depth(entropy: dict[str, Sequence[float | None]],
@@ -136,13 +126,11 @@ def plot_entropy_by_depth(entropy: dict[str, Sequence[float | None]],
         for ax, series, ylabel, name in ((axes[0], entropy, "entropy (nats, token mean)", "routing entropy"),
                                          (axes[1], effective, "effective sources exp(H)",
                                           "effective number of sources")):
-            lines = plots.draw_lines(ax, series, styles)
-            drawn = max(drawn, lines.drawn)
-            if lines.drawn:
-                plots.integer_ticks(ax, lines.longest, "final" if lines.longest % 2 else None, first=lines.first)
+            count, _ = plots.draw_lines(ax, series, styles, final=None, empty="no router with an entropy\n"
+                                        "(two or more sources, no negative weight)")
+            drawn = max(drawn, count)
+            if count:
                 ax.set_ylim(bottom=0)
-            else:
-                plots.empty_note(ax, "no router with an entropy\n(two or more sources, no negative weight)")
             ax.set(title=name, xlabel="router = sub-layer index (even: attention, odd: MLP)", ylabel=ylabel)
         plots.legend(axes[0], drawn)
         fig.suptitle(wrapped(title))

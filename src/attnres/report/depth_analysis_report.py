@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from attnres.common.atomic import write_atomic
-from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
+from attnres.report.document import fmt, jsonable, write_document
 from attnres.report.names import slug, unique_name
 
 SUMMARY_HEADER = ["checkpoint", "variant", "step", "val loss", "perplexity", "max weight (all)",
@@ -18,6 +17,7 @@ SUMMARY_HEADER = ["checkpoint", "variant", "step", "val loss", "perplexity", "ma
 FILES_HEADER = ["checkpoint", "path", "layers x width", "parameters", "batches", "tokens"]
 CAUSAL_HEADER = ["checkpoint", "ablation", "routers with rho", "mean rho", "positive rho", "largest effect (nats)",
                  "at router / source"]
+ROUTER_KINDS = {"attn": "attention", "mlp": "MLP"}  # how a router's name spells its row label's kind
 
 
 def cosine_routers(source_names: list[list[str]]) -> list[int]:
@@ -31,53 +31,24 @@ def cosine_routers(source_names: list[list[str]]) -> list[int]:
     return sorted({r for r in chosen if 0 <= r < count and len(source_names[r]) >= 2})
 
 
-def _router_name(r: int, layout: tuple[list[str], str]) -> str:
-    """"router 3 (MLP)", "router 8 (final)" or "average 1 (after layer 2)" from the mixers' `layout`."""
-    from attnres.report.plots import ROUTER_AXIS  # matplotlib: only when a report is written
-
-    labels, axis = layout
-    if axis != ROUTER_AXIS:
-        return f"average {r} ({labels[r].replace('after', 'after layer')})"
-    words = {"attn": "attention", "mlp": "MLP"}
-    return f"router {r} ({words.get(labels[r].split()[-1], labels[r])})"
-
-
-def _write_figures(entries: list[dict], out_dir: Path) -> tuple[list[tuple], dict[str, dict], list[str]]:
-    """Draw every figure. Returns the shared figures [(rel path, alt, caption)], per-label figures
-    {label: {"routing": (...), "cosines": (...)}} and notes on what was skipped."""
-    routed = [e for e in entries if e["depth_stats"]["source_names"]]
-    notes = [f"{e['label']} ({e['residual']}) has no routers: it appears in the hidden-RMS and gradient figures "
-             "only; routing heatmaps, cosine matrices, max weight and entropy skip it." for e in entries
-             if not e["depth_stats"]["source_names"]]
-    shared = _depth_figures(entries, routed, out_dir / "figures")
-    per_label: dict[str, dict] = {}
-    used: set[str] = set()
-    for e in routed:
-        name = unique_name(slug(e["label"], fallback="checkpoint"), used)
-        per_label[e["label"]] = _checkpoint_figures(e, name, out_dir, notes)
-    return shared, per_label, notes
-
-
 def _depth_figures(entries: list[dict], routed: list[dict], fig_dir: Path) -> list[tuple]:
     """The figures with one line per checkpoint: [(rel path, alt, caption)]."""
     from attnres.report import depth_analysis_plots, plots  # matplotlib is slow to import: only when a report is written
     from attnres.report.style import series_styles
 
-    stats = {e["label"]: e["depth_stats"] for e in entries}
     styles = series_styles({e["label"]: e for e in entries})  # each variant's look, as in every report
 
-    def single_source_none(values, names):
-        return [None if len(n) < 2 else v for v, n in zip(values, names)]
+    def per_router(key: str) -> dict[str, list]:  # None at single-source routers
+        return {e["label"]: [None if len(names) < 2 else v
+                             for v, names in zip(e["depth_stats"][key], e["depth_stats"]["source_names"])]
+                for e in routed}
 
-    plots.plot_max_weight_by_depth({e["label"]: stats[e["label"]]["max_weight"] for e in routed},
+    plots.plot_max_weight_by_depth({e["label"]: e["depth_stats"]["max_weight"] for e in routed},
                                    fig_dir / "max_weight_by_depth.png", "Routing sharpness by depth", styles)
-    depth_analysis_plots.plot_entropy_by_depth(
-        {e["label"]: single_source_none(stats[e["label"]]["entropy"], stats[e["label"]]["source_names"])
-         for e in routed},
-        {e["label"]: single_source_none(stats[e["label"]]["effective_sources"], stats[e["label"]]["source_names"])
-         for e in routed},
-        fig_dir / "entropy_by_depth.png", "Routing entropy and effective sources by depth", styles)
-    plots.plot_hidden_rms_by_depth({e["label"]: stats[e["label"]]["hidden_rms"] for e in entries},
+    depth_analysis_plots.plot_entropy_by_depth(per_router("entropy"), per_router("effective_sources"),
+                                               fig_dir / "entropy_by_depth.png",
+                                               "Routing entropy and effective sources by depth", styles)
+    plots.plot_hidden_rms_by_depth({e["label"]: e["depth_stats"]["hidden_rms"] for e in entries},
                                    fig_dir / "hidden_rms_by_depth.png", "Hidden-state RMS by depth", styles)
     depth_analysis_plots.plot_grad_norms_by_depth({e["label"]: e["grad_norms"] for e in entries},
                                                   fig_dir / "grad_norm_by_depth.png", "Gradient scale by depth",
@@ -103,35 +74,42 @@ def _checkpoint_figures(e: dict, name: str, out_dir: Path, notes: list[str]) -> 
     """One routed checkpoint's figures {"routing": (rel, alt, caption), "cosines": ..., "causal": ...};
     records the routers its cosine panels show in e["cosine_routers"] and appends to `notes` what it skips."""
     from attnres.report import depth_analysis_plots, plots
-    from attnres.report.plots import heatmap_matrix, source_key
 
     names = e["depth_stats"]["source_names"]
     rel = f"figures/routing_{name}.png"
     mixers = plots.mixer_layout(e["depth_stats"])
+    averages = mixers[1] != plots.ROUTER_AXIS  # DenseFormer's averages after layers, not sub-layers' routers
+
+    def router_name(r: int) -> str:  # "router 3 (MLP)", "router 8 (final)" or "average 1 (after layer 2)"
+        label = mixers[0][r]
+        if averages:
+            return f"average {r} ({label.replace('after', 'after layer')})"
+        return f"router {r} ({ROUTER_KINDS.get(label.split()[-1], label)})"
+
     depth_analysis_plots.plot_routing_heatmap_split(names, e["depth_stats"]["mean_weights"], out_dir / rel,
                                                     f"Routing weights: {e['label']}", mixers)
-    columns = heatmap_matrix(names, e["depth_stats"]["mean_weights"])[0]
+    columns = plots.heatmap_matrix(names, e["depth_stats"]["mean_weights"])[0]
     layout = ("averages after layers (rows), their plain scalar weights, any sign, on the [0, 1] colour scale "
-              "(the cells print the values)" if mixers[1] != plots.ROUTER_AXIS else
+              "(the cells print the values)" if averages else
               "attention routers (even sub-layers) on top, MLP routers (odd sub-layers) below with the final "
               "router, where the variant has one, as the last row")
     figures = {"routing": (rel, f"routing weights of {e['label']}",
                            f"{e['label']}: mean weight each router (row) gives each source (column), "
                            f"{layout}. Blank cells are sources the router cannot see. Sources: "
-                           f"{source_key(columns)}.")}
+                           f"{plots.source_key(columns)}.")}
     chosen = cosine_routers(names)
     e["cosine_routers"] = chosen
     if chosen:
         rel = f"figures/cosines_{name}.png"
         depth_analysis_plots.plot_cosine_matrices(
-            {_router_name(r, mixers): (names[r], e["source_cosines"][r]) for r in chosen},
+            {router_name(r): (names[r], e["source_cosines"][r]) for r in chosen},
             out_dir / rel, f"Source cosine similarity: {e['label']}")
         figures["cosines"] = (rel, f"source cosine similarity of {e['label']}",
                               f"{e['label']}: token-mean cosine similarity between the sources of "
-                              f"{', '.join(_router_name(r, mixers) for r in chosen)}, one panel each "
+                              f"{', '.join(router_name(r) for r in chosen)}, one panel each "
                               "(red: the same direction, blue: opposite). Near 1: the router chooses between "
                               "nearly identical directions. Sources: "
-                              f"{source_key([n for r in chosen for n in names[r]])}. "
+                              f"{plots.source_key([n for r in chosen for n in names[r]])}. "
                               "All routers' matrices are in analysis.json.")
     else:
         notes.append(f"{e['label']}: no router with two or more sources, so no cosine matrices.")
@@ -195,13 +173,10 @@ def _document(analysis: dict, shared: list[tuple], per_label: dict[str, dict], n
                   str(e["num_batches"]), f"{e['num_tokens']:,}"] for e in entries], False),
                ("h2", "Depth profiles")]
     blocks += [("figure", *figure) for figure in shared]
-    if per_label:
-        blocks.append(("h2", "Routing heatmaps"))
-        blocks += [("figure", *figures["routing"]) for figures in per_label.values()]
-    cosines = [figures["cosines"] for figures in per_label.values() if "cosines" in figures]
-    if cosines:
-        blocks.append(("h2", "Source cosine similarity"))
-        blocks += [("figure", *figure) for figure in cosines]
+    for kind, heading in (("routing", "Routing heatmaps"), ("cosines", "Source cosine similarity")):
+        drawn = [figures[kind] for figures in per_label.values() if kind in figures]
+        if drawn:
+            blocks += [("h2", heading)] + [("figure", *figure) for figure in drawn]
     causal = [e for e in entries if e.get("causal")]
     if causal:
         blocks += [("h2", "Causal check of routing"),
@@ -211,10 +186,9 @@ def _document(analysis: dict, shared: list[tuple], per_label: dict[str, dict], n
                          "between a router's mean weights and its sources' effects; positive where routing mass "
                          "follows importance. Per-router values are in analysis.json."),
                    ("table", CAUSAL_HEADER, [row for e in causal for row in causal_rows(e)], True)]
-        blocks += [("figure", *per_label[e["label"]]["causal"]) for e in causal if "causal" in per_label[e["label"]]]
+        blocks += [("figure", *figures["causal"]) for figures in per_label.values() if "causal" in figures]
     if notes:
-        blocks.append(("h2", "Notes"))
-        blocks += [("p", note) for note in notes]
+        blocks += [("h2", "Notes")] + [("p", note) for note in notes]
     return blocks
 
 
@@ -231,17 +205,22 @@ def write_analysis_report(analysis: dict, out_dir: Path) -> dict:
     if len(set(labels)) != len(labels):
         raise ValueError(f"checkpoint labels must be distinct, got {labels}")
     out_dir = Path(out_dir)
-    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
-    shared, per_label, notes = _write_figures(entries, out_dir)
+    routed = [e for e in entries if e["depth_stats"]["source_names"]]
+    notes = [f"{e['label']} ({e['residual']}) has no routers: it appears in the hidden-RMS and gradient "
+             "figures only; routing heatmaps, cosine matrices, max weight and entropy skip it."
+             for e in entries if not e["depth_stats"]["source_names"]]
+    shared = _depth_figures(entries, routed, out_dir / "figures")
+    per_label: dict[str, dict] = {}  # label -> {"routing": (rel path, alt, caption), "cosines", "causal"}
+    used: set[str] = set()
+    for e in routed:
+        name = unique_name(slug(e["label"], fallback="checkpoint"), used)
+        per_label[e["label"]] = _checkpoint_figures(e, name, out_dir, notes)
     for e in entries:
         e.setdefault("cosine_routers", [])
         e["figures"] = {kind: figure[0] for kind, figure in per_label.get(e["label"], {}).items()}
-    every = ([f[0] for f in shared] + [figures["routing"][0] for figures in per_label.values()]
-             + [figures["cosines"][0] for figures in per_label.values() if "cosines" in figures]
-             + [figures["causal"][0] for figures in per_label.values() if "causal" in figures])
+    every = [f[0] for f in shared] + [figures[kind][0] for kind in ("routing", "cosines", "causal")
+                                      for figures in per_label.values() if kind in figures]
     full = jsonable({**analysis, "figures": every, "notes": notes})
     blocks = _document(analysis, shared, per_label, notes)
-    write_atomic(out_dir / "analysis.json", dumps_json(full) + "\n")
-    write_atomic(out_dir / "summary.md", render_markdown(blocks))
-    write_atomic(out_dir / "index.html", render_html(blocks))
+    write_document(out_dir, full, blocks, json_name="analysis.json", markdown_name="summary.md")
     return full

@@ -3,8 +3,8 @@
 A document is a list of blocks: ("h1", text), ("h2", text), ("p", text), ("code", text),
 ("table", header, rows, numeric), ("figure", path, alt, caption); numeric right-aligns every table
 column after the first. Shared by the comparison report and `attnres analyze`, so Markdown and
-HTML carry the same content. The HTML is laid out for phones as well as desktops (see CSS). Files
-are written with `attnres.common.atomic.write_atomic`.
+HTML carry the same content. The HTML is laid out for phones as well as desktops (see CSS).
+`write_document` writes a report's JSON, Markdown and HTML files atomically.
 """
 
 from __future__ import annotations
@@ -15,10 +15,19 @@ import math
 import re
 from pathlib import Path
 
+from attnres.common.atomic import write_atomic
+
 
 def fmt(value, spec: str, suffix: str = "") -> str:
     """A table cell: `value` formatted with `spec` and `suffix`, or "-" for None."""
     return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def plus_minus(value, spread, spec: str) -> str:
+    """A table cell "value ± spread" (both formatted with `spec`); the value alone without a spread."""
+    if value is None or spread is None:
+        return fmt(value, spec)
+    return f"{fmt(value, spec)} ± {fmt(spread, spec)}"
 
 
 def compact(value) -> str:
@@ -135,3 +144,13 @@ def dumps_json(obj, indent: int = 0) -> str:
     if isinstance(obj, list) and any(isinstance(v, dict) for v in obj):
         return "[\n" + ",\n".join(inner + dumps_json(v, indent + 1) for v in obj) + f"\n{pad}]"
     return json.dumps(obj, allow_nan=False, separators=(", ", ": "))
+
+
+def write_document(out_dir: Path, data, blocks: list[tuple], json_name: str = "results.json",
+                   markdown_name: str = "report.md") -> list[Path]:
+    """Write `data` as strict JSON (`jsonable`, `dumps_json`) and `blocks` as Markdown and index.html into
+    `out_dir` (created if need be), each atomically; returns the three paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return [write_atomic(out_dir / json_name, dumps_json(jsonable(data)) + "\n"),
+            write_atomic(out_dir / markdown_name, render_markdown(blocks)),
+            write_atomic(out_dir / "index.html", render_html(blocks))]

@@ -40,9 +40,10 @@ def check_report_folder(out: Path, command: str, inputs: object = None, force: b
     if force or not out.is_dir():
         return
     names = sorted(p.name for p in out.iterdir() if not p.name.startswith(".attnres"))
-    manifest = _read_manifest(out)
-    if manifest is None and names and _written_by(out, command):
-        manifest = {"command": command, "inputs": _plain(inputs)}  # an earlier release's report
+    manifest = _read_json(out / MANIFEST)
+    if not isinstance(manifest, dict):  # none; an earlier release's report is recognised by its files
+        written = names and _written_by(out, command)
+        manifest = {"command": command, "inputs": _plain(inputs)} if written else None
     if manifest is not None:
         if manifest.get("command") == command and manifest.get("inputs") == _plain(inputs):
             if rerun:
@@ -67,24 +68,21 @@ def mark_report_folder(out: Path, command: str, inputs: object = None) -> None:
     write_atomic(out / MANIFEST, json.dumps({"command": command, "inputs": _plain(inputs)}, indent=2) + "\n")
 
 
-def _read_manifest(out: Path) -> dict | None:
+def _read_json(path: Path) -> object:
+    """The JSON value in `path`; None where it is missing or not JSON."""
     try:
-        manifest = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return manifest if isinstance(manifest, dict) else None
 
 
 def _written_by(out: Path, command: str) -> bool:
     """Whether `out`, without a manifest, holds `command`'s results file or (for a comparison under way)
     its runs/ folder."""
     filename, keys = _RECOGNISED[command]
-    try:
-        results = json.loads((out / filename).read_text(encoding="utf-8"))
-        if isinstance(results, dict) and keys <= set(results):
-            return True
-    except (OSError, ValueError):
-        pass
+    results = _read_json(out / filename)
+    if isinstance(results, dict) and keys <= set(results):
+        return True
     return command in _RUN_FOLDERS and (out / "runs").is_dir()
 
 

@@ -2,8 +2,8 @@
 
 Figures are `matplotlib.figure.Figure` objects rendered with Agg: no pyplot, no global figure state.
 Each function writes one PNG atomically through `save_figure` and returns its path. The public
-helpers (`save_figure`, `finite`, `draw_lines`, `legend`, `empty_note`, `thinned`, `integer_ticks`,
-`log_scale_if_wide`, `wrapped`, `source_key`, `label_sources`) are the building blocks of
+helpers (`save_figure`, `finite`, `draw_lines`, `depth_figure`, `legend`, `empty_note`, `thinned`,
+`integer_ticks`, `log_scale_if_wide`, `wrapped`, `source_key`, `label_sources`) are the building blocks of
 `attnres.report.depth_analysis_plots` too.
 
 Sized for a phone as well as a desktop: every figure is WIDTH inches wide (more panels stack
@@ -20,7 +20,6 @@ import math
 import re
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -71,20 +70,13 @@ def new_figure(height: float, rows: int = 1, **subplots) -> tuple[Figure, list]:
     return fig, list(axes)
 
 
-@dataclass(frozen=True)
-class Lines:
-    """What `draw_lines` drew: lines drawn, the first index with a point, the longest series' length,
-    and every drawn value."""
-
-    drawn: int
-    first: int
-    longest: int
-    values: list[float]
-
-
-def draw_lines(ax, series: dict[str, Sequence[float | None]], styles: dict[str, dict] | None = None) -> Lines:
+def draw_lines(ax, series: dict[str, Sequence[float | None]], styles: dict[str, dict] | None = None,
+               empty: str = "no values", final: bool | None = False) -> tuple[int, list[float]]:
     """One line per series against index 0 .. len-1, skipping None/NaN points; each in its style
-    (`styles[name]`, matplotlib keywords as `attnres.report.style.variant_style` gives; default: the cycle)."""
+    (`styles[name]`, matplotlib keywords as `attnres.report.style.variant_style` gives; default: the cycle).
+    x ticks from the first index with a point (`integer_ticks`), the last one "final" if `final`, or
+    where the count is odd if `final` is None (routers that end with the final router); `empty` in
+    grey when nothing is drawn. Returns how many lines were drawn and every drawn value."""
     drawn, longest, values, first = 0, 0, [], None
     for name, ys in series.items():
         points = [(i, v) for i, v in enumerate(ys) if finite(v)]
@@ -94,7 +86,29 @@ def draw_lines(ax, series: dict[str, Sequence[float | None]], styles: dict[str, 
             first = points[0][0] if first is None else min(first, points[0][0])
             ax.plot(*zip(*points), markersize=MARKER_SIZE, label=name, **_line_style(styles, name))
             drawn += 1
-    return Lines(drawn, first or 0, longest, values)
+    if drawn:
+        last = longest % 2 == 1 if final is None else final
+        integer_ticks(ax, longest, "final" if last else None, first=first)
+    else:
+        empty_note(ax, empty)
+    return drawn, values
+
+
+def depth_figure(series: dict[str, Sequence[float | None]], path, title: str, styles: dict[str, dict] | None,
+                 xlabel: str, ylabel: str, empty: str, final: bool | None, log: bool = False,
+                 ylim: tuple[float, float] | None = None) -> Path:
+    """One axes of per-depth `series` (`draw_lines`, with `empty` and `final`), the y axis logarithmic
+    where `log` and the values span more than 20x, or fixed to `ylim`; the legend below."""
+    with matplotlib.rc_context(STYLE):
+        fig, (ax,) = new_figure(4.8 + 0.25 * math.ceil(len(series) / 2))
+        drawn, values = draw_lines(ax, series, styles, empty, final)
+        if log:
+            log_scale_if_wide(ax, values)
+        if ylim:
+            ax.set_ylim(*ylim)
+        ax.set(title=wrapped(title), xlabel=xlabel, ylabel=ylabel)
+        legend(ax, drawn)
+        return save_figure(fig, path)
 
 
 def _line_style(styles: dict[str, dict] | None, name: str) -> dict:
@@ -260,7 +274,7 @@ def mixer_rows(source_names: list[list[str]]) -> tuple[list[str], str]:
     layers = averages_after_layers(source_names)
     if layers is not None:
         return [f"after {t}" for t in layers], "average (after layer)"
-    return router_labels(len(source_names)), "router (sub-layer)"
+    return router_labels(len(source_names)), ROUTER_AXIS
 
 
 def router_labels(num_routers: int) -> list[str]:
@@ -318,11 +332,6 @@ def draw_heatmap(ax, matrix: np.ndarray, row_labels: list[str], columns: list[st
     return image
 
 
-def heatmap_height(rows: int) -> float:
-    """Inches of figure for `rows` heatmap rows plus title, tick labels and the two-line x label."""
-    return min(2.6 + ROW_HEIGHT * max(rows, 3), 2.6 + ROW_HEIGHT * MAX_HEATMAP_ROWS)
-
-
 def plot_routing_heatmap(source_names: list[list[str]], mean_weights: list[list[float]], path, title: str,
                          layout: tuple[list[str], str] | None = None) -> Path:
     """Router (rows) x source (columns) heatmap of mean routing weights; blank where a router lacks a source.
@@ -335,7 +344,8 @@ def plot_routing_heatmap(source_names: list[list[str]], mean_weights: list[list[
     rows = matrix.shape[0]
     labels, ylabel = layout or mixer_rows(source_names)
     with matplotlib.rc_context(STYLE):
-        fig, (ax,) = new_figure(heatmap_height(rows))
+        # rows, plus title, tick labels and the two-line x label
+        fig, (ax,) = new_figure(min(2.6 + ROW_HEIGHT * max(rows, 3), 2.6 + ROW_HEIGHT * MAX_HEATMAP_ROWS))
         image = draw_heatmap(ax, matrix, labels, columns)
         fig.colorbar(image, ax=ax, label="mean routing weight", shrink=1.0 if rows <= 20 else 0.6)
         if not rows:
@@ -350,21 +360,11 @@ def plot_max_weight_by_depth(series: dict[str, Sequence[float | None]], path, ti
     """Largest routing weight (token-mean) against router index, one line per series; None/NaN skipped.
 
     series: name -> per-router values (as `DepthStats.max_weight`). The x axis starts at the first
-    router with a value (single-source routers have none).
+    router with a value (single-source routers have none); an odd router count has a final router last.
     """
-    with matplotlib.rc_context(STYLE):
-        fig, (ax,) = new_figure(4.8 + 0.25 * math.ceil(len(series) / 2))
-        lines = draw_lines(ax, series, styles)
-        if lines.drawn:
-            # An odd router count has a final router last (see `router_labels`).
-            integer_ticks(ax, lines.longest, "final" if lines.longest % 2 else None, first=lines.first)
-        else:
-            empty_note(ax, "no multi-source routers")
-        ax.set_ylim(0, 1.05)
-        ax.set(title=wrapped(title), xlabel="router = sub-layer index (even: attention, odd: MLP)",
-               ylabel="max routing weight (token mean)")
-        legend(ax, lines.drawn)
-        return save_figure(fig, path)
+    return depth_figure(series, path, title, styles, "router = sub-layer index (even: attention, odd: MLP)",
+                        "max routing weight (token mean)", "no multi-source routers", final=None,
+                        ylim=(0, 1.05))
 
 
 def plot_hidden_rms_by_depth(series: dict[str, Sequence[float]], path, title: str,
@@ -374,17 +374,8 @@ def plot_hidden_rms_by_depth(series: dict[str, Sequence[float]], path, title: st
     series: name -> 2L + 1 values (as `DepthStats.hidden_rms`); the last tick is labelled "final".
     The y axis is logarithmic when the values span more than 20x.
     """
-    with matplotlib.rc_context(STYLE):
-        fig, (ax,) = new_figure(4.8 + 0.25 * math.ceil(len(series) / 2))
-        lines = draw_lines(ax, series, styles)
-        if lines.drawn:
-            integer_ticks(ax, lines.longest, "final", first=lines.first)
-            log_scale_if_wide(ax, lines.values)
-        else:
-            empty_note(ax, "no values")
-        ax.set(title=wrapped(title), xlabel="sub-layer input h_s (last: final hidden state)", ylabel="RMS")
-        legend(ax, lines.drawn)
-        return save_figure(fig, path)
+    return depth_figure(series, path, title, styles, "sub-layer input h_s (last: final hidden state)", "RMS",
+                        "no values", final=True, log=True)
 
 
 def plot_cost_ratios(costs: dict[str, dict[str, dict]], path, title: str,

@@ -14,9 +14,8 @@ import math
 import statistics
 from pathlib import Path
 
-from attnres.common.atomic import write_atomic
 from attnres.report.compare_summary import BASELINE, cost_summary
-from attnres.report.document import compact, dumps_json, fmt, jsonable, render_html, render_markdown
+from attnres.report.document import compact, fmt, plus_minus, write_document
 
 LAWS = ("saturating", "power")  # attnres.scaling.fit.LAWS, which this layer cannot import
 LAW_FORMULA = {"saturating": "L = A C^-alpha + E", "power": "L = A C^-alpha"}
@@ -79,12 +78,9 @@ def flops_by_size(variants: list[dict]) -> dict:
 def flops_vs_standard(variants: list[dict], baseline: str) -> dict:
     """{variant: [lowest, highest] ratio of its FLOPs to standard's at the same size} (non-standard)."""
     flops = flops_by_size(variants)
-    out = {}
-    for name, sizes in flops.items():
-        ratios = [c / flops[baseline][s] for s, c in sizes.items() if flops[baseline].get(s)]
-        if name != baseline and ratios:
-            out[name] = [min(ratios), max(ratios)]
-    return out
+    base = flops.pop(baseline)
+    ratios = {name: [c / base[s] for s, c in sizes.items() if base.get(s)] for name, sizes in flops.items()}
+    return {name: [min(r), max(r)] for name, r in ratios.items() if r}
 
 
 def stability_totals(variants: list[dict]) -> dict:
@@ -110,10 +106,6 @@ def derived_tables(results: dict, baseline: str) -> dict:
 def times(value) -> str:
     """An advantage as printed: "1.31×"; None (infinite in the fit) is beyond standard's floor."""
     return FLOOR if value is None else f"{value:.2f}×" if value < 100 else f"{value:.3g}×"
-
-
-def _pair(pair, spec: str) -> str:
-    return "-" if not pair or pair[0] is None else f"[{fmt(pair[0], spec)}, {fmt(pair[1], spec)}]"
 
 
 def _flops(value) -> str:
@@ -233,18 +225,11 @@ def fit_header(law: str) -> list[str]:
     return ["variant", "runs", "A", "alpha [CI]", *e, "loss at C_max [CI]", "RMS log residual", "seed spread", "flag"]
 
 
-def _flag(entry: dict) -> str:
-    if entry["fit"] is None:
-        return "refused"
-    return {True: "misfit", False: "ok", None: "-"}[entry["misfit"]]
-
-
 def _with_interval(value, pair, spec: str) -> str:
     """"0.147 [0.143, 0.151]": a fitted value and its bootstrap interval; "-" without a fit."""
-    if value is None:
-        return "-"
-    interval = _pair(pair, spec)
-    return fmt(value, spec) if interval == "-" else f"{fmt(value, spec)} {interval}"
+    if value is None or not pair or pair[0] is None:
+        return fmt(value, spec)
+    return f"{fmt(value, spec)} [{fmt(pair[0], spec)}, {fmt(pair[1], spec)}]"
 
 
 def fit_row(law: str, name: str, entry: dict) -> list[str]:
@@ -254,7 +239,8 @@ def fit_row(law: str, name: str, entry: dict) -> list[str]:
     return [name, str(entry["points"]), fmt(f.get("a"), ".3g"),
             _with_interval(f.get("alpha"), entry["alpha"], ".3g"), *e,
             _with_interval(at.get("value"), [at.get("low"), at.get("high")], ".3f"),
-            fmt(f.get("rms_log_residual"), ".4f"), fmt(entry["seed_spread"], ".4f"), _flag(entry)]
+            fmt(f.get("rms_log_residual"), ".4f"), fmt(entry["seed_spread"], ".4f"),
+            "refused" if entry["fit"] is None else {True: "misfit", False: "ok", None: "-"}[entry["misfit"]]]
 
 
 ADVANTAGE_HEADER = ["variant", "law", "at C_max", "CI", "interval excludes 1", "range over the sweep"]
@@ -271,9 +257,7 @@ def advantage_row(law: str, name: str, entry: dict) -> list[str]:
 
 
 def loss_cell(stats: dict | None) -> str:
-    if not stats or stats["mean"] is None:
-        return "-"
-    return fmt(stats["mean"], ".3f") if stats["std"] is None else f"{stats['mean']:.3f} ± {stats['std']:.3f}"
+    return plus_minus(stats["mean"], stats["std"], ".3f") if stats else "-"
 
 
 STABILITY_HEADER = ["variant", "runs recorded", "loss spikes", "grad-norm spikes", "clipped steps", "steps"]
@@ -292,11 +276,6 @@ def variant_styles(variants: list[dict]) -> dict[str, dict]:
     from attnres.report.style import series_styles
 
     return series_styles({v["name"]: v for v in variants})
-
-
-def curve_law(fit: dict, name: str) -> str | None:
-    """The law drawn for `name` in the loss figure: saturating, or power where that fit is missing."""
-    return next((law for law in LAWS if fit["laws"][law][name]["band"]), None)
 
 
 def _nan(values) -> list[float]:
@@ -340,7 +319,8 @@ def draw_loss_vs_compute(ax, results: dict, styles: dict) -> dict[str, str | Non
     for v in results["variants"]:
         name, style = v["name"], styles[v["name"]]
         _points(ax, [r["flops"] for r in v["runs"]], [r["final_val_loss"] for r in v["runs"]], style, 5)
-        law = drawn[name] = curve_law(fit, name)
+        # saturating, or power where that fit has no curve
+        law = drawn[name] = next((law for law in LAWS if fit["laws"][law][name]["band"]), None)
         if law:
             _band(ax, fit["laws"][law][name]["band"], style, "loss")
         _proxy(ax, name + (" (power law)" if law == "power" else ""), style)
@@ -529,8 +509,7 @@ def wall_clock_advantage(results: dict) -> dict[str, dict]:
     that advantage turned into time ("value", "low", "high": advantage x speed; None where the advantage
     or its interval has no finite value). The interval is the advantage's, scaled by the same factor (the
     step ratio's own interval is reported beside it)."""
-    cost, fit = results["cost"], results["fit"]
-    size = results["cost_size"]
+    cost, fit, size = results["cost"], results["fit"], results["cost_size"]
     flops = {name: by_size[size] for name, by_size in flops_by_size(results["variants"]).items()}
     out = {}
     for name in cost["variants"]:
@@ -551,9 +530,7 @@ def wall_clock_advantage(results: dict) -> dict[str, dict]:
 
 
 def wall_clock_rows(results: dict) -> list[list[str]]:
-    """Per variant at the largest size (`wall_clock_advantage`): the measured step-time ratio with its
-    interval, the FLOPs ratio, FLOPs per second relative to standard's, the compute advantage at C_max
-    and that advantage in wall-clock time with its interval."""
+    """The rows of the wall-clock table: `wall_clock_advantage`'s numbers, as the report prints them."""
     rows = []
     for name, w in wall_clock_advantage(results).items():
         advantage = "-" if w["entry"] is None else advantage_text(w["entry"], _confidence(results["fit"]))
@@ -644,12 +621,10 @@ def write_scaling_report(results: dict, out_dir: Path) -> dict:
     """
     baseline = _check(results)["name"]
     out_dir = Path(out_dir)
-    (out_dir / "figures").mkdir(parents=True, exist_ok=True)
     tables = derived_tables(results, baseline)
     figures = write_figures(results, out_dir)
-    blocks = document(results, tables, figures)
-    full = jsonable({**results, "tables": tables, "figures": [path for path, _, _ in figures]})
-    return {"results": write_atomic(out_dir / "results.json", dumps_json(full) + "\n"),
-            "report": write_atomic(out_dir / "report.md", render_markdown(blocks)),
-            "html": write_atomic(out_dir / "index.html", render_html(blocks)),
-            "figures": [out_dir / path for path, _, _ in figures]}
+    paths = [path for path, _, _ in figures]
+    json_path, markdown, page = write_document(out_dir, {**results, "tables": tables, "figures": paths},
+                                               document(results, tables, figures))
+    return {"results": json_path, "report": markdown, "html": page,
+            "figures": [out_dir / path for path in paths]}

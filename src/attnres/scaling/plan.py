@@ -9,16 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnres.common.errors import InputError
+from attnres.compare.plan import vocab_size_of
 from attnres.compare.presets import variant_run, variant_slug
-from attnres.data import DataConfig
 from attnres.model import ModelConfig
 from attnres.report.variant_names import variant_name
 from attnres.model.flops import FlopsPerToken, ParameterCount, flops_per_token, parameter_count
 from attnres.scaling.preset import ScalingPreset, ScalingPresetError, size_name, size_run, size_seeds
 from attnres.train.run_config import RunConfig
-
-BPE = "bpe"
-
 
 @dataclass
 class PlannedRun:
@@ -41,20 +38,6 @@ class PlannedRun:
         return variant_name(self.variant)
 
 
-def vocab_size_of(run: dict) -> int:
-    """The vocabulary a planned model has: model.vocab_size when given, else the BPE's data.vocab_size.
-    A pretrained tokenizer with vocab_size "auto" is refused: the plan counts parameters before any
-    tokenizer is read, so the preset must state the vocabulary."""
-    model_vocab = run.get("model", {}).get("vocab_size", "auto")
-    if model_vocab != "auto":
-        return int(model_vocab)
-    data = DataConfig(**run.get("data", {}))
-    if data.tokenizer != BPE:
-        raise ScalingPresetError(f"run.model.vocab_size must be set with a pretrained tokenizer ({data.tokenizer}): "
-                                 f"the plan counts parameters and FLOPs before reading it")
-    return data.vocab_size
-
-
 def plan_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None,
                shard: tuple[int, int] = (0, 1)) -> list[PlannedRun]:
     """Every run of the sweep, sizes in the preset's order, then seeds, then variants.
@@ -64,11 +47,11 @@ def plan_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None,
     longest-first greedy assignment on FLOPs (`assign_shards`), so N shards finish together.
     """
     planned, counts = [], {}
-    vocab = vocab_size_of(preset.run)
+    standard = next(v for v in preset.variants if v["residual"] == "standard")
     for size in preset.sizes:
         name = size_name(size)
-        standard = next(v for v in preset.variants if v["residual"] == "standard")
         probe = variant_run(size_run(preset, size, tokens=1), standard, seed=0, out_dir="unused")
+        vocab = vocab_size_of(probe, ScalingPresetError)  # the preset's: the same at every size
         base_params = _counts(probe.model.with_vocab_size(vocab), probe.train.seq_len, counts)[0].non_embedding
         tokens_wanted = preset.rules.tokens_per_parameter * base_params
         base = size_run(preset, size, tokens=math.ceil(tokens_wanted))
@@ -106,19 +89,24 @@ def assign_shards(planned: list[PlannedRun], shard: tuple[int, int]) -> None:
         planned[position].mine = target == index
 
 
+def standard_run(planned: list[PlannedRun], size: dict) -> tuple[PlannedRun, list[int]]:
+    """The first planned run of the standard model of size entry `size`, and the seeds the size trains."""
+    runs = [p for p in planned if p.size == size_name(size)]
+    return next(p for p in runs if p.variant["residual"] == "standard"), sorted({p.seed for p in runs})
+
+
 def plan_table(preset: ScalingPreset, planned: list[PlannedRun]) -> tuple[list[str], list[list[str]]]:
     """The per-size rows of the plan: shape, parameters, tokens, steps, seeds, standard's FLOPs per run."""
     header = ["size", "width x layers", "heads / kv", "FFN", "parameters (non-emb.)", "total", "tokens", "steps",
               "seeds", "FLOPs per run (standard)"]
     rows = []
     for size in preset.sizes:
-        runs = [p for p in planned if p.size == size_name(size)]
-        standard = next(p for p in runs if p.variant["residual"] == "standard")
+        standard, seeds = standard_run(planned, size)
         shape = standard.run.model
         rows.append([standard.size, f"{shape.hidden_size} x {shape.num_layers}",
                      f"{shape.num_heads} / {shape.num_kv_heads}", str(shape.intermediate_size),
                      f"{standard.parameters:,}", f"{standard.total_parameters:,}", f"{standard.tokens:,}",
-                     f"{standard.run.train.steps:,}", str(len({p.seed for p in runs})), f"{standard.flops:.3g}"])
+                     f"{standard.run.train.steps:,}", str(len(seeds)), f"{standard.flops:.3g}"])
     return header, rows
 
 

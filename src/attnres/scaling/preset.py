@@ -16,6 +16,7 @@ from pathlib import Path
 
 from attnres.common.checks import check_int, check_positive_number, is_number
 from attnres.common.config_files import bundled_presets, prefixed_overrides, read_preset
+from attnres.compare.plan import Throughput
 from attnres.compare.presets import variant_run
 from attnres.report.variant_names import variant_name
 from attnres.train.run_config import RunConfigError, apply_overrides, yaml_number
@@ -54,10 +55,8 @@ class SizeRules:
     def __post_init__(self) -> None:
         for name in ("head_dim", "kv_groups", "ffn_multiple", "evaluations"):
             check_int(getattr(self, name), f"rules.{name}", error=ScalingPresetError)
-        for name in ("ffn_ratio", "tokens_per_parameter"):
+        for name in ("ffn_ratio", "tokens_per_parameter"):  # finite too: rounded up to a whole width / steps
             check_positive_number(getattr(self, name), f"rules.{name}", error=ScalingPresetError)
-            if not math.isfinite(getattr(self, name)):  # rounded up to a whole width / number of steps
-                raise ScalingPresetError(f"rules.{name} must be a finite number, got {getattr(self, name)!r}")
         for name in ("warmup_fraction", "min_lr_ratio"):
             value = getattr(self, name)
             if not is_number(value) or not 0 <= value < 1:
@@ -78,22 +77,14 @@ class SizeRules:
 
 
 @dataclass(frozen=True)
-class GpuEstimate:
-    """What the dry run's GPU-hours assume: a GPU's peak FLOP/s (`peak_tflops`, dense, in the run's
-    precision) and the fraction of it training achieves (`mfu`)."""
-
-    peak_tflops: float = 989.0
-    mfu: float = 0.4
-    name: str = "H100 SXM, bf16 dense"
+class GpuEstimate(Throughput):
+    """What the dry run's GPU-hours assume (`Throughput`: peak_tflops, mfu, name; `hours`), checked as a
+    preset's `gpu` section."""
 
     def __post_init__(self) -> None:
         check_positive_number(self.peak_tflops, "gpu.peak_tflops", error=ScalingPresetError)
         if not is_number(self.mfu) or not 0 < self.mfu <= 1:
             raise ScalingPresetError(f"gpu.mfu must be a number in (0, 1], got {self.mfu!r}")
-
-    def hours(self, flops: float) -> float:
-        """GPU-hours for `flops` at peak_tflops x mfu."""
-        return flops / (self.peak_tflops * 1e12 * self.mfu) / 3600.0
 
 
 @dataclass(frozen=True)
@@ -181,13 +172,11 @@ def _size_entry(size, index: int, path: Path) -> dict:
     unknown = sorted(set(size) - set(SIZE_KEYS), key=str)
     if unknown:
         raise ScalingPresetError(f"{where}: unknown key(s) {unknown}; allowed: {', '.join(SIZE_KEYS)}")
-    for key in ("hidden_size", "num_layers"):
-        if key not in size:
-            raise ScalingPresetError(f"{where} needs {key}")
-        check_int(size[key], f"{where}.{key}", error=ScalingPresetError)
-    for key in ("seeds", "head_dim", "num_heads"):  # the rules divide by the last two
+    for key in ("hidden_size", "num_layers", "seeds", "head_dim", "num_heads"):  # rules divide by the last 2
         if key in size:
             check_int(size[key], f"{where}.{key}", error=ScalingPresetError)
+        elif key in ("hidden_size", "num_layers"):
+            raise ScalingPresetError(f"{where} needs {key}")
     return dict(size)
 
 

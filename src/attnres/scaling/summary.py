@@ -84,11 +84,6 @@ def _fit_or_error(points: Sequence[Point], law: str) -> tuple[ScalingFit | None,
         return None, str(error)
 
 
-def _value_interval(value: float, samples: np.ndarray, confidence: float) -> dict:
-    low, high = quantile_band(samples.reshape(-1, 1), confidence)
-    return {"value": float(value), "low": float(low[0]), "high": float(high[0])}
-
-
 def no_interval(law: str, runs: int) -> str:
     """Why a fitted law has no interval: it has no residual degrees of freedom."""
     return (f"the {law} law has {LAWS[law]} parameters and {runs} runs to fit, so it passes through every point "
@@ -115,7 +110,8 @@ def law_entry(law: str, fit: ScalingFit | None, error: str | None, points: list[
     low, high = quantile_band(bands, confidence)
     entry.update(replicates=len(made), alpha=list(percentile_interval([f.alpha for f in made], confidence)),
                  misfit=residuals_exceed_seed_spread(fit, points),
-                 loss_at_max=_value_interval(fit.loss(grid[-1]), bands[:, -1], confidence),
+                 loss_at_max={"value": float(fit.loss(grid[-1])), "low": float(low[-1]),
+                              "high": float(high[-1])},
                  band={"compute": grid.tolist(), "loss": fit.loss(grid).tolist(), "low": low.tolist(),
                        "high": high.tolist()})
     if law == "saturating":

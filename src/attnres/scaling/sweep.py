@@ -32,8 +32,8 @@ from attnres.compare.progress import CompareProgress
 from attnres.compare.run_comparison import finished_record
 from attnres.data import prepare_data
 from attnres.report.variant_names import variant_name
-from attnres.scaling.plan import PlannedRun, plan_sweep
-from attnres.scaling.preset import ScalingPreset, size_name
+from attnres.scaling.plan import PlannedRun, plan_sweep, standard_run
+from attnres.scaling.preset import ScalingPreset
 from attnres.train import TrainingError, train
 from attnres.train.metrics import read_metrics
 from attnres.train.resume import check_same_settings
@@ -61,37 +61,33 @@ def run_sweep(preset: ScalingPreset, out_dir: Path, seeds: int | None = None, co
     planned = plan_sweep(preset, out_dir, seeds, shard)
     # One process per --out folder, or per shard of it: a second one stops at once (RunLock).
     with RunLock(out_dir, "--out", shard):
-        return _run_planned(preset, planned, out_dir, command, device, shard, launcher, replicates, cost_repeats,
-                            log, progress, force)
+        records = {id(p): finished_record(p.run, RECORD_FILE, RECORD_KEYS) for p in planned}
+        todo = [p for p in planned if records[id(p)] is None and p.mine]
+        for p in todo:  # an interrupted run of other settings: refused (forced: discarded) before training
+            check_same_settings(p.run, force, log)
+        todo.sort(key=lambda p: p.flops)  # smallest first: a stopped sweep has its small sizes done
+        display = CompareProgress(sum(records[id(p)] is not None or p.mine for p in planned),
+                                  sum(records[id(p)] is not None for p in planned),
+                                  sum(p.run.train.steps for p in todo), log=log, interactive=progress,
+                                  command="scaling")
+        try:
+            for p in todo:
+                records[id(p)] = _train_run(p, device, launcher, display)
+            if shard[1] > 1:
+                return None
+            display.phase("fitting and writing the report")
+            from attnres.report.scaling_report import write_scaling_report  # only here: a shard never reports
 
-
-def _run_planned(preset: ScalingPreset, planned: list[PlannedRun], out_dir: Path, command: str, device: str,
-                 shard: tuple[int, int], launcher: str | None, replicates: int, cost_repeats: int, log,
-                 progress: bool | None, force: bool = False) -> dict | None:
-    records = {id(p): finished_record(p.run, RECORD_FILE, RECORD_KEYS) for p in planned}
-    todo = [p for p in planned if records[id(p)] is None and p.mine]
-    for p in todo:  # an interrupted run of other settings: refused (forced: discarded) before anything trains
-        check_same_settings(p.run, force, log)
-    todo.sort(key=lambda p: p.flops)  # smallest first: a stopped sweep has its small sizes done
-    display = CompareProgress(sum(records[id(p)] is not None or p.mine for p in planned),
-                              sum(records[id(p)] is not None for p in planned), sum(p.run.train.steps for p in todo),
-                              log=log, interactive=progress, command="scaling")
-    try:
-        for p in todo:
-            records[id(p)] = _train_run(p, device, launcher, display)
-        if shard[1] > 1:
-            return None
-        display.phase("fitting and writing the report")
-        from attnres.report.scaling_report import write_scaling_report  # only here: a shard never reports
-
-        results = sweep_results(preset, planned, [records[id(p)] for p in planned], command, device, replicates)
-        if cost_repeats:
-            display.phase("measuring the step time at the largest size (every variant interleaved)")
-            results["cost_size"], results["cost"] = measure_largest(planned, cost_repeats, device, display.phase)
-        write_scaling_report(results, out_dir)
-        return results
-    finally:
-        display.close()
+            results = sweep_results(preset, planned, [records[id(p)] for p in planned], command, device,
+                                    replicates)
+            if cost_repeats:
+                display.phase("measuring the step time at the largest size (every variant interleaved)")
+                results["cost_size"], results["cost"] = measure_largest(planned, cost_repeats, device,
+                                                                        display.phase)
+            write_scaling_report(results, out_dir)
+            return results
+        finally:
+            display.close()
 
 
 def sweep_results(preset: ScalingPreset, planned: list[PlannedRun], records: list[dict], command: str,
@@ -107,12 +103,12 @@ def sweep_results(preset: ScalingPreset, planned: list[PlannedRun], records: lis
     train_tokens = len(prepare_data(planned[0].run.data).train_tokens)  # the cache the runs filled: reads no text
     sizes = []
     for size in preset.sizes:
-        standard = next(p for p in planned if p.size == size_name(size) and p.variant["residual"] == "standard")
+        standard, seeds = standard_run(planned, size)
         sizes.append({"name": standard.size, **{k: getattr(standard.run.model, k) for k in (
             "hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")},
             "parameters": standard.parameters, "total_parameters": standard.total_parameters,
             "tokens": standard.tokens, "epochs": standard.tokens / train_tokens, "steps": standard.run.train.steps,
-            "seeds": sorted({p.seed for p in planned if p.size == standard.size})})
+            "seeds": seeds})
     return {
         "preset": preset.name, "description": preset.description, "command": command,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
