@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 import yaml
 
 import attnres.compare.run_comparison as compare_run
@@ -103,6 +104,8 @@ def test_shards_split_the_runs_and_a_last_call_reuses_them(preset, tmp_path, mon
     records = {v["name"]: [r["final_val_loss"] for r in v["runs"]] for v in results["variants"]}
     saved = json.loads((out / "runs" / "standard" / "seed1" / RECORD_FILE).read_text())
     assert records["standard"][1] == saved["record"]["final_val_loss"]
+    # each record says where it ran: the floating-point path its losses came from
+    assert saved["record"]["machine"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert (out / "report.md").is_file() and len(results["variants"][1]["runs"]) == 2
     # the cost is measured by the call that writes the report, every variant in that one process,
     # and again by the next such call: it is never carried over from an earlier process

@@ -240,4 +240,6 @@ def _run_record(run, result, seed: int, device: str) -> dict:
         "stability": run_totals(records),  # loss / gradient-norm spikes and clipping over the whole run
         # per mixture-of-experts layer, each expert's share of the held-out assignments (no key without experts)
         **({"expert_load": expert_load} if expert_load else {}),
+        # where it finished (a run resumed elsewhere trained partly on another): kernels change the bits
+        "machine": machine_info(torch.device(device)),
     }

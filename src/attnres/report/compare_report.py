@@ -346,7 +346,8 @@ def write_report(results: dict, out_dir: Path) -> list[Path]:
     "query_init" (optional), "runs": [{"seed", "run_dir", "val_curve": [[step, loss]], "train_curve", "final_val_loss",
     "step_time_s" (median training-step wall time, informational), "tokens_per_s", "tokens",
     "depth_stats": DepthStats.to_dict(), "stability": `attnres.train.stability.run_totals` (optional:
-    without it the stability table shows n/a)}, ...]}, ...], "cost": `attnres.compare.cost_measurement.measure_costs`'s
+    without it the stability table shows n/a), "machine" (optional: `machine_info` where it finished)}, ...]},
+    ...], "cost": `attnres.compare.cost_measurement.measure_costs`'s
     {"settings": {"repeats", "warmup", "noise_threshold", "seed", "batch_size", "seq_len", "precision",
     "routing_impl", "routing", "device"}, "created", "machine", "variants": {name: {"model",
     "parameters", "train_step_s": {"median_s", "samples_s": one per round}, "memory": {"peak_bytes",
