@@ -94,6 +94,13 @@ def test_leads_name_the_lowest_mean_in_each_setting_and_standard_where_nothing_i
     assert headline.leads == {"main": "hyper_connections", "kjv": "standard"}
 
 
+def test_a_replication_not_yet_run_fails_the_second_condition_and_leads_nowhere():
+    headline = draw_headline(winning(replications={**winning().replications, "kimi_linear": {}}))
+    assert headline.recommended == []
+    assert not headline.verdicts["block_attnres"].replicates and headline.verdicts["block_attnres"].survives
+    assert "kimi_linear" not in headline.leads and headline.leads["kjv"] == "hyper_connections"
+
+
 def committed(study: str) -> dict:
     return json.loads((ROOT / "results" / study / "results.json").read_text())
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import decimal
 import json
 import math
+from pathlib import Path
 
 from attnres.analysis.inference import paired_t
 from attnres.analysis.contrasts import paired_differences, setting_tests
@@ -17,13 +18,14 @@ from tools.pages.seeds import table
 from tools.pages.sources import ResultMissing, provenance
 
 SECONDARY = ("full_attnres", "delta_attnres", "denseformer", "mhc")
-# The settings in the table's order: the protocol's result file where it has landed, else the 0.2 protocol's.
-# The first is the main setting; the others are replications; "equal time" holds per variant the runs of
-# standard trained as long as that variant's step costs.
-SETTINGS = {"dense": ("protocol-dense/results.json", fair.FAIR_DENSE),
-            "4x steps": (fair.FAIR_LONG,),
-            "second corpus": ("protocol-kjv/results.json", fair.FAIR_PYDOCS),
-            "Kimi Linear": ("protocol-kimi-linear/results.json", fair.FAIR_KIMI)}
+# The settings in the table's order, the first the main one and the others replications: the protocol's once
+# its main study has landed (its dense setting trains 7.7x the 0.2 protocol's steps, so it is also the longer
+# training), else the 0.2 protocol's. "equal time" holds per variant the runs of standard trained as long as
+# that variant's step costs.
+PROTOCOL_SETTINGS = {"dense": "protocol-dense/results.json", "second corpus": "protocol-kjv/results.json",
+                     "Kimi Linear": "protocol-kimi-linear/results.json"}
+OLD_SETTINGS = {"dense": fair.FAIR_DENSE, "4x steps": fair.FAIR_LONG, "second corpus": fair.FAIR_PYDOCS,
+                "Kimi Linear": fair.FAIR_KIMI}
 EQUAL_TIME = "protocol-equal-time-{}/results.json"  # per primary variant: standard trained as long as its step costs
 SMOLLM2_SHAPE = "bench-fp32-smollm2/bench.json"
 NBSP = "\u00a0"  # keeps a figure and its interval on one line when a narrow screen wraps the table
@@ -32,17 +34,28 @@ LABELS = {"standard": "standard", "block_attnres": "Block AttnRes", "full_attnre
           "hyper_connections": "hyper-connections", "mhc": "mHC"}
 
 
-def setting_results(ctx) -> dict[str, tuple[str, dict]]:
-    """Setting -> (its result file, results) for every setting with a committed result, in table order."""
+def setting_results(ctx) -> dict[str, tuple[str, dict | None]]:
+    """Setting -> (its result file, results) in table order: every setting of the protocol once its main study
+    has landed, results None where a replication has not run yet; before that, the 0.2 protocol's committed
+    settings."""
     found = {}
-    for setting, paths in SETTINGS.items():
-        for path in paths:
-            try:
-                found[setting] = (path, ctx.results.json(path))
-                break
-            except ResultMissing:
-                continue
+    protocol = _read(ctx, PROTOCOL_SETTINGS["dense"]) is not None
+    for setting, path in (PROTOCOL_SETTINGS if protocol else OLD_SETTINGS).items():
+        results = _read(ctx, path)
+        if results is not None or protocol:
+            found[setting] = (path, results)
     return found
+
+
+def _read(ctx, path: str) -> dict | None:
+    try:
+        return ctx.results.json(path)
+    except ResultMissing:
+        return None
+
+
+def _not_run(found: dict) -> list[str]:
+    return [setting for setting, (_, results) in found.items() if results is None]
 
 
 def _equal_time(ctx) -> dict[str, list[float]]:
@@ -63,12 +76,13 @@ def _equal_time(ctx) -> dict[str, list[float]]:
 
 
 def evidence(ctx) -> Evidence:
-    """The rule's inputs from the committed results: the first setting is the main one."""
+    """The rule's inputs from the committed results: the first setting is the main one; a replication not yet
+    run has no differences, so no variant passes the rule's second condition."""
     found = setting_results(ctx)
     (main, (_, main_results)), *others = found.items()
     step = costs.ratios(ctx.results.json(costs.FP32))
     return Evidence(main=paired_differences(main_results, PRIMARY),
-                    replications={s: paired_differences(r, PRIMARY) for s, (_, r) in others},
+                    replications={s: paired_differences(r, PRIMARY) if r else {} for s, (_, r) in others},
                     equal_time=_equal_time(ctx),
                     step_cost={v: step.get(v, {}).get("train_step", math.inf) for v in PRIMARY})
 
@@ -127,7 +141,13 @@ def recommendation_text(ctx) -> str:
     held = ("no contrast survives Holm's correction on the dense decoder" if not survivors else
             f"only the contrast{'s' if len(survivors) > 1 else ''} of {_names(survivors)} survive"
             f"{'s' if len(survivors) == 1 else ''} Holm's correction on the dense decoder")
-    missing = "" if ev.equal_time else "; no equal-time arm has run yet"
+    # the protocol trains an equal-time arm only for a variant whose main contrast survives
+    pending = [SETTING_WORDS.get(s, s) for s in _not_run(setting_results(ctx))]
+    arms = [label(v) for v, verdict in headline.verdicts.items() if verdict.survives and v not in ev.equal_time]
+    if arms:
+        pending.append(f"the equal-time arm{'s' if len(arms) > 1 else ''} of {_names(arms)}")
+    plural = len(pending) > 1 or len(arms) > 1
+    missing = f"; {_names(pending)} {'have' if plural else 'has'} not run yet" if pending else ""
     first = clauses[0][0].upper() + clauses[0][1:]
     return (f"**No variant wins everywhere at this scale.** {'; '.join([first, *clauses[1:]])}. Of the primary variants, "
             f"{held}{missing}. For the evidence at scale, see [the published results](#at-scale).")
@@ -154,6 +174,9 @@ def recommendation_table(ctx) -> str:
     found = setting_results(ctx)
     per_setting = {}
     for setting, (_, results) in found.items():
+        if results is None:
+            per_setting[setting] = None
+            continue
         tests = setting_tests(results, PRIMARY)["contrasts"]  # Holm within the primary and the secondary family
         marks = {v: entry["verdict"] in ("better", "worse") for v, entry in tests.items()}
         per_setting[setting] = (paired_differences(results), marks)
@@ -168,7 +191,8 @@ def recommendation_table(ctx) -> str:
         if variant == "standard":
             cells = ["baseline"] * len(found) + ["baseline"]
         else:
-            cells = [_cell(d.get(variant), m.get(variant, False)) for d, m in per_setting.values()]
+            cells = ["not run" if entry is None else _cell(entry[0].get(variant), entry[1].get(variant, False))
+                     for entry in per_setting.values()]
             cells.append(_cell(equal.get(variant), False) if variant in equal else "not run")
         step = f"{NBSP}/{NBSP}".join(costs.x(s.get(variant, {}).get("train_step") if variant != "standard" else 1.0)
                                      for s in steps)
@@ -186,6 +210,10 @@ def recommendation_notes(ctx) -> str:
     found = setting_results(ctx)
     scales = []
     for setting, (path, results) in found.items():
+        if results is None:
+            preset = Path(path).parent.name.replace("-", "_")
+            scales.append(f"{setting}: not run yet (`tools/studies/protocol.sh {preset}`)")
+            continue
         model, train = results["settings"]["model"], results["settings"]["train"]
         seeds = len({r["seed"] for v in results["variants"] for r in v["runs"]})
         protocol = "the protocol" if path.startswith("protocol-") else "the 0.2 protocol"
@@ -214,7 +242,7 @@ def recommendation_notes(ctx) -> str:
 
 def recommendation_sources(ctx) -> str:
     """Where every column of the table comes from, with each source's command, date and machine."""
-    parts = {**{f"Loss, {s}": p for s, (p, _) in setting_results(ctx).items()},
+    parts = {**{f"Loss, {s}": p for s, (p, r) in setting_results(ctx).items() if r is not None},
              "Train step, 24x256": costs.FP32, "Train step, 30x576": SMOLLM2_SHAPE}
     lines = []
     for label, path in parts.items():

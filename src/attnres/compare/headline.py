@@ -62,8 +62,8 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Headline:
-    """recommended: the variants the rule recommends, best first; verdicts by variant; leads: per setting,
-    the variant (or "standard") with the lowest mean loss; best_shown: whether the first recommended one
+    """recommended: the variants the rule recommends, best first; verdicts by variant; leads: per setting with
+    differences, the variant (or "standard") with the lowest mean loss; best_shown: whether the first recommended one
     is shown better than the others it passed with."""
 
     recommended: list[str]
@@ -108,8 +108,9 @@ def draw_headline(evidence: Evidence, alpha: float = ALPHA) -> Headline:
     leads = {}
     for setting, diffs in settings.items():
         means = {v: mean(d) for v, d in diffs.items() if d}
-        best_variant = min(means, key=means.get) if means else None
-        leads[setting] = best_variant if best_variant is not None and means[best_variant] < 0 else "standard"
+        if means:  # a replication not yet run leads nowhere
+            best_variant = min(means, key=means.get)
+            leads[setting] = best_variant if means[best_variant] < 0 else "standard"
     return Headline(passing, verdicts, leads, best_shown or len(passing) == 1)
 
 

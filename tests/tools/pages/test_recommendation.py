@@ -55,7 +55,8 @@ def test_a_gain_in_every_setting_without_an_equal_time_arm_is_not_recommended(ct
     text = recommendation.recommendation_text(ctx)
     assert text.startswith("**No variant wins everywhere at this scale.** Block AttnRes leads on the dense decoder, "
                            "the second corpus and Kimi Linear")
-    assert "no equal-time arm has run yet" in text
+    assert text.endswith("the equal-time arms of Block AttnRes and hyper-connections have not run yet. For the "
+                         "evidence at scale, see [the published results](#at-scale).")
 
 
 def test_with_the_equal_time_arm_the_rule_recommends_and_says_why(ctx_with):
@@ -100,3 +101,26 @@ def test_the_protocols_study_replaces_the_0_2_one_when_it_lands(ctx_with):
     notes = recommendation.recommendation_notes(ctx)
     assert "dense: 16 layers x 64, 1840 steps of 8 x 128 tokens, 8 seeds, the protocol" in notes
     assert "0.2 protocol" not in notes
+
+
+def test_once_the_protocols_main_study_lands_only_its_settings_count_and_a_missing_one_fails_the_rule(ctx_with):
+    protocol = dict(steps=1840, seeds=range(1000, 1016), path_note="protocol_dense")
+    ctx = ctx_with(**{"fair-dense": results(EVERYWHERE), "fair-dense-long": results(EVERYWHERE),
+                      "fair-kimi-linear": results(EVERYWHERE), "protocol-dense": results(EVERYWHERE, **protocol),
+                      "protocol-kjv": results(EVERYWHERE, steps=1840, seeds=range(1000, 1008)),
+                      "protocol-equal-time-block-attnres": results({}, **{**protocol, "steps": 1990})})
+    found = recommendation.setting_results(ctx)
+    assert list(found) == ["dense", "second corpus", "Kimi Linear"] and found["Kimi Linear"][1] is None
+    text = recommendation.recommendation_text(ctx)
+    assert text.startswith("**No variant wins everywhere at this scale.** Block AttnRes leads on the dense decoder "
+                           "and the second corpus")
+    # Block AttnRes's arm has run, hyper-connections' (which also survives Holm) has not
+    assert "; Kimi Linear and the equal-time arm of hyper-connections have not run yet." in text
+    assert "standard is ahead" not in text
+    header, _, *rows = recommendation.recommendation_table(ctx).splitlines()
+    assert header.startswith("| residual | its lr (highest stable) | dense | second corpus | Kimi Linear | equal time |")
+    block = next(line for line in rows if line.startswith("| `block_attnres` |"))
+    assert block.count("| not run |") == 1  # Kimi Linear; its equal-time arm has run
+    notes = recommendation.recommendation_notes(ctx)
+    assert "Kimi Linear: not run yet (`tools/studies/protocol.sh protocol_kimi_linear`)" in notes
+    assert "0.2 protocol" not in notes and "Kimi Linear" not in recommendation.recommendation_sources(ctx)
