@@ -211,6 +211,12 @@ def test_the_fitted_protocol_runs_end_to_end_with_fresh_final_seeds(tmp_path, mo
     assert "Each run reads 256 tokens of a" in report and "minus final validation loss" in report
     saved = json.loads((tmp_path / "fit" / "results.json").read_text())
     assert saved["analysis"]["contrasts"]["block_attnres"]["family"] == "secondary"
+    # the equal-time ratio's measurement: every variant's training step, as its final runs trained, interleaved
+    cost = saved["cost"]
+    assert list(cost["variants"]) == ["standard", "block_attnres (N=2)"]
+    assert all(len(v["train_step_s"]["samples_s"]) == cost["settings"]["repeats"] for v in cost["variants"].values())
+    assert cost["variants"]["block_attnres (N=2)"]["model"]["residual_options"]["num_blocks"] == 2
+    assert saved["summary"]["block_attnres (N=2)"]["step_time_ratio"] > 0 and "## Cost" in report
 
 
 def test_seed_start_pairs_a_comparison_with_a_protocols_final_seeds(tmp_path, monkeypatch):

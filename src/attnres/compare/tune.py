@@ -18,6 +18,7 @@ import torch
 from attnres.common.errors import InputError
 from attnres.common.machine import machine_info
 from attnres.checkpoint.run_lock import RunLock
+from attnres.compare.cost_measurement import measure_costs
 from attnres.compare.presets import ComparePreset, at_rate, variant_run, variant_slug
 from attnres.compare.progress import CompareProgress
 from attnres.compare.protocol import RateSearch, rate_label, search_rates, unigram_entropy
@@ -144,7 +145,7 @@ def run_protocol(preset: ComparePreset, out_dir: Path, seeds: int | None = None,
             display.close()
     if count > 1:
         return None
-    results = protocol_results(preset, survey, command, device)
+    results = protocol_results(preset, survey, command, device, log)
     write_protocol_report(results, out_dir)
     return results
 
@@ -162,8 +163,9 @@ def _tail_train_loss(record: dict, steps: int) -> float | None:
     return sum(tail) / len(tail) if tail else None
 
 
-def protocol_results(preset: ComparePreset, survey: _Survey, command: str, device: str) -> dict:
-    """The results dict `write_protocol_report` documents, from a finished survey."""
+def protocol_results(preset: ComparePreset, survey: _Survey, command: str, device: str, log=print) -> dict:
+    """The results dict `write_protocol_report` documents, from a finished survey, with the cost measurement
+    (`measure_costs`) of each variant's final runs, made now, in this process."""
     variants = []
     first = rate_run(preset, preset.variants[0], preset.protocol.lr_grid[0], 0, Path("unused"))
     for index, (spec, search) in enumerate(zip(preset.variants, survey.searches)):
@@ -183,6 +185,9 @@ def protocol_results(preset: ComparePreset, survey: _Survey, command: str, devic
         config = rate_run(preset, spec, first.train.lr, 0, Path("unused")).model.with_vocab_size(vocab_size)
         with torch.device("meta"):  # the count needs shapes only
             variant["parameters"] = sum(p.numel() for p in AttnResLM(config).parameters())
+    trained = {v["name"]: survey.run(i, s.chosen, survey.seeds_of(i)[0]).run
+               for i, (v, s) in enumerate(zip(variants, survey.searches))}
+    cost = measure_costs(trained, vocab_size, preset.cost, device, log=log)
     return {
         "preset": preset.name, "description": preset.description, "command": command,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -198,4 +203,5 @@ def protocol_results(preset: ComparePreset, survey: _Survey, command: str, devic
                      "train": {k: v for k, v in preset.run.get("train", {}).items() if k not in ("lr", "min_lr")},
                      "min_lr_ratio": first.train.min_lr / first.train.lr},
         "variants": variants,
+        "cost": cost,
     }

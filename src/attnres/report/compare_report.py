@@ -221,7 +221,7 @@ def _machine_text(machine: dict) -> str:
             + f", {machine.get('threads', '?')} torch threads, torch {machine.get('torch', '?')}")
 
 
-def _cost_blocks(results: dict, summary: dict) -> list[tuple]:
+def cost_blocks(results: dict, summary: dict) -> list[tuple]:
     """The cost section: what was measured, how, on what, and the table; or why there is none."""
     cost = results.get("cost")
     blocks = [("h2", "Cost")]
@@ -321,7 +321,7 @@ def _document(results: dict, summary: dict, figures: list[tuple[str, str, str]])
                      + "Max weight: token-mean of the largest routing weight over the deepest third of "
                        "multi-source routers (1 = routing picks one source)."),
                *_evidence_blocks(results),
-               *_cost_blocks(results, summary),
+               *cost_blocks(results, summary),
                ("h2", "Runs"),
                ("table", RUN_HEADER, [[v["name"], str(r["seed"]), fmt(r["final_val_loss"], ".3f"),
                                        fmt(r.get("step_time_s"), ".3f"), fmt(r.get("tokens_per_s"), ",.1f")]

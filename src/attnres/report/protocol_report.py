@@ -9,7 +9,8 @@ from pathlib import Path
 from attnres.analysis.contrasts import setting_tests
 from attnres.analysis.intervals import ci95_halfwidth, mean
 from attnres.common.atomic import write_atomic
-from attnres.report.compare_report import signed
+from attnres.report.compare_report import cost_blocks, signed
+from attnres.report.compare_summary import cost_summary
 from attnres.report.document import dumps_json, fmt, jsonable, render_html, render_markdown
 
 BASELINE = "standard"
@@ -26,7 +27,7 @@ def summarize_protocol(results: dict) -> dict[str, dict]:
     val_loss_mean (final runs), delta_vs_standard / _ci95 (test loss minus standard's, paired by seed),
     delta_vs_best / _ci95 (the same against the variant with the lowest mean test loss), best, and tied:
     whether the 95 % interval of the paired difference to the best includes 0 (None without an
-    interval). Raises ValueError without exactly one standard variant or a run without a test loss."""
+    interval); and the cost keys of `cost_summary` (None without a cost measurement). Raises ValueError without exactly one standard variant or a run without a test loss."""
     variants = results.get("variants") or []
     baselines = [v for v in variants if v.get("residual") == BASELINE]
     if len(baselines) != 1:
@@ -51,6 +52,7 @@ def summarize_protocol(results: dict) -> dict[str, dict]:
             "delta_vs_best": mean(to_best), "delta_vs_best_ci95": half_best,
             "best": variant is best,
             "tied": True if variant is best else (None if half_best is None else abs(mean(to_best)) <= half_best),
+            **cost_summary(results.get("cost"), variant["name"], baselines[0]["name"]),
         }
     return summary
 
@@ -220,6 +222,7 @@ def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
               "validation loss, the split the rates were chosen on. "
               + (ties_sentence(summary) if analysis is None else "'vs best' is uncorrected: the Tests above say "
                  "what is shown.")),
+        *cost_blocks(results, summary),
         ("h2", "Runs"),
         ("table", ["variant", "lr", "seed", "val loss", "test loss"],
          [[v["name"], _rate(r["lr"]), str(r["seed"]), f"{r['final_val_loss']:.4f}", f"{r['final_test_loss']:.4f}"]
@@ -234,7 +237,7 @@ def write_protocol_report(results: dict, out_dir: Path) -> list[Path]:
     "machine", "protocol": {"lr_grid", "grid_seeds", "max_extensions", "final_seeds"}, "settings":
     {"model", "data", "train", "min_lr_ratio"}, "variants": [{"name", "residual", options, "grid":
     [{"lr", "mean_val_loss", "val_losses"}], "chosen_lr", "edge", "extended", "runs": [compare's run
-    record with "final_test_loss" and "lr"]}]}.
+    record with "final_test_loss" and "lr"]}], "cost": `measure_costs`'s measurement}.
     """
     from attnres.report import plots  # matplotlib is slow to import: only when a report is written
     from attnres.report.style import series_styles
