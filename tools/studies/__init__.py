@@ -1,0 +1,1 @@
+"""Tooling of the studies that is Python: the protocol's equal-time presets."""
