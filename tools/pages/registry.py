@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tools.pages import (ablation, compare, conversion, costs, decoding, fair, flops, kimi_linear, machinery,
-                           options, published, recommendation, scaling, study)
+                           options, protocol, published, recommendation, scaling, study)
 from tools.pages.cli_help import help_block, subparsers
 
 BLOCKS = {
@@ -12,6 +12,11 @@ BLOCKS = {
     "recommendation-sources": recommendation.recommendation_sources,
     "at-scale": recommendation.at_scale,
     "recommendation-notes": recommendation.recommendation_notes,
+    "protocol-tests": protocol.protocol_tests,
+    "protocol-kjv-tests": lambda ctx: protocol.protocol_tests(ctx, protocol.SETTINGS["second corpus"]),
+    "protocol-kimi-linear-tests": lambda ctx: protocol.protocol_tests(ctx, protocol.SETTINGS["Kimi Linear"]),
+    "protocol-rule": protocol.protocol_rule,
+    "protocol-paths": protocol.protocol_paths,
     "fair-search": fair.fair_search,
     "fair-results": fair.fair_results,
     "fair-kernels": fair.fair_kernels,

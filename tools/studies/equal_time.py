@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     main_preset = yaml.safe_load((PRESETS / f"{MAIN_PRESET}.yaml").read_text())
     found = arms(results)
     if not found:
-        print("no primary contrast survives Holm's correction with a negative mean: the protocol runs no equal-time arm")
+        print("no primary contrast survives Holm's correction with a negative mean: the protocol runs no "
+              "equal-time arm")
     for residual, c in found.items():
         path = PRESETS / f"protocol_equal_time_{residual}.yaml"
         if path.exists() and not args.force:

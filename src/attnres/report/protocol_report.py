@@ -123,7 +123,14 @@ def _p(value) -> str:
     return "-" if value is None else "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
-def _test_rows(results: dict, analysis: dict) -> list[list[str]]:
+def test_header(analysis: dict) -> list[str]:
+    return ["variant", "family", "Δ vs standard [95 % CI]", "p", "Holm p", f"TOST p (±{analysis['margin']:g})",
+            "verdict", "failed runs [95 % CI]"]
+
+
+def test_rows(results: dict, analysis: dict) -> list[list[str]]:
+    """Per variant: its family, paired difference to standard with interval, p, Holm p, TOST p, verdict and
+    failure rate, from `analysis_of`."""
     rows = []
     for variant in results["variants"]:
         residual = variant["residual"]
@@ -141,7 +148,12 @@ def _test_rows(results: dict, analysis: dict) -> list[list[str]]:
     return rows
 
 
-def _fit_rows(results: dict) -> list[list[str]]:
+FIT_HEADER = ["variant", "rate", "95 % interval", "chosen at", "highest stable rate"]
+
+
+def fit_rows(results: dict) -> list[list[str]]:
+    """Per variant: its chosen rate, the fit's interval, whether the vertex or an edge chose it, and its highest
+    stable rate."""
     rows = []
     for variant in results["variants"]:
         fit = variant.get("fit") or {}
@@ -185,10 +197,9 @@ def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
     tests = [] if analysis is None else [
         ("p", _reading_text(results)),
         ("h2", "Fitted rates"),
-        ("table", ["variant", "rate", "95 % interval", "chosen at", "highest stable rate"], _fit_rows(results), True),
+        ("table", FIT_HEADER, fit_rows(results), True),
         ("h2", "Tests"),
-        ("table", ["variant", "family", "Δ vs standard [95 % CI]", "p", "Holm p", f"TOST p (±{analysis['margin']:g})",
-                   "verdict", "failed runs [95 % CI]"], _test_rows(results, analysis), True),
+        ("table", test_header(analysis), test_rows(results, analysis), True),
         ("p", "Paired t tests of test loss against standard on the same seed; Holm's correction within each "
               "family; 'equivalent' only where two one-sided tests reject a difference as large as the margin; a "
               "failed run counts at the failure threshold; failure rates with Clopper-Pearson intervals. "

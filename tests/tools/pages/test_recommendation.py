@@ -1,18 +1,10 @@
 """The README's answer: the headline follows the protocol's rule on whatever settings are committed, the table
 has a column per setting with Holm's correction marked, and the protocol's own studies replace the 0.2 ones."""
 
-import json
-import shutil
-from pathlib import Path
-
 import pytest
 
 from tools.pages import recommendation
-from tools.pages.render import Context
-from tools.pages.sources import Results
 
-ROOT = Path(__file__).resolve().parents[3]
-SHARED = ("bench-fp32", "bench-fp32-smollm2", "published")
 BASE = [4.60, 4.70, 4.65, 4.55, 4.62, 4.68, 4.58, 4.66]
 WOBBLE = [0.01, -0.01, 0.02, -0.02, 0.0, 0.01, -0.01, 0.0]
 
@@ -31,19 +23,6 @@ def results(gains: dict[str, float], steps=240, seeds=range(8), path_note="fair_
             "settings": {"model": {"num_layers": 16, "hidden_size": 64},
                          "train": {"steps": steps, "batch_size": 8, "seq_len": 128}},
             "variants": variants}
-
-
-@pytest.fixture
-def ctx_with(tmp_path):
-    for name in SHARED:
-        shutil.copytree(ROOT / "results" / name, tmp_path / "results" / name)
-
-    def make(**studies) -> Context:
-        for folder, content in studies.items():
-            (tmp_path / "results" / folder).mkdir(parents=True, exist_ok=True)
-            (tmp_path / "results" / folder / "results.json").write_text(json.dumps(content))
-        return Context(Results(tmp_path), "README.md")
-    return make
 
 
 EVERYWHERE = {"block_attnres": -0.10, "hyper_connections": -0.02, "delta_block": 0.03}
