@@ -6,7 +6,7 @@ in synthetic sweeps (results/fit-coverage), and the memory a streamed conversion
 from __future__ import annotations
 
 from tools.pages.seeds import table
-from tools.pages.sources import provenance
+from tools.pages.sources import cpu_words, provenance
 
 PIPELINE, COVERAGE = "pipeline-bytes/results.json", "fit-coverage/results.json"
 STREAMING = "streaming-convert/results.json"
@@ -64,3 +64,24 @@ def streaming_convert(ctx) -> str:
             f"the largest {mb(results['largest_shard_bytes'])}, raised the converting process's peak resident "
             f"memory by {mb(streamed)} streamed ({mb(streamed - results['largest_shard_bytes'])} over the largest "
             f"shard) and by {mb(in_memory)} in memory. " + provenance(results, ctx.source(STREAMING)))
+
+
+TIMINGS = "timings/timings.json"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} minutes"
+
+
+def durations(ctx) -> str:
+    """How long the README's commands take on a fresh clone (tools/studies/timings.sh): the first set-up, the
+    tests and the main job, as far as the result file has them."""
+    result = ctx.results.json(TIMINGS)
+    machine = result.get("machine") or {}
+    parts = [f"the first set-up took {_minutes(result['setup_s'])}" if "setup_s" in result else None,
+             f"`tools/test.sh` {_minutes(result['tests_s'])}",
+             f"`tools/compare.sh` {_minutes(result['main_job_s'])}" if "main_job_s" in result else None]
+    parts = [p for p in parts if p]
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    note = f": {result['note']}" if result.get("note") else ""
+    return f"On {cpu_words(machine)}, otherwise idle, {listed}{note}. Source: {ctx.source(TIMINGS)}."

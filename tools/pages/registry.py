@@ -55,6 +55,7 @@ BLOCKS = {
     "published": published.published_table,
     "flops-ratios": flops.flops_ratios,
     "pipeline-bytes": machinery.pipeline_bytes,
+    "durations": machinery.durations,
     "streaming-convert": machinery.streaming_convert,
     "fit-coverage": machinery.fit_coverage,
     "variant-options": options.variant_options,

@@ -15,13 +15,15 @@ SHARED = ("bench-fp32", "bench-fp32-smollm2", "published")
 
 @pytest.fixture
 def ctx_with(tmp_path):
-    """make(page="README.md", **{folder: results}): a Context whose results/<folder>/results.json hold these."""
+    """make(page="README.md", **{folder: results}): a Context whose results/<folder>/results.json hold these
+    (another file name where a result has the key "_file")."""
     for name in SHARED:
         shutil.copytree(ROOT / "results" / name, tmp_path / "results" / name)
 
     def make(page: str = "README.md", **studies) -> Context:
         for folder, content in studies.items():
             (tmp_path / "results" / folder).mkdir(parents=True, exist_ok=True)
-            (tmp_path / "results" / folder / "results.json").write_text(json.dumps(content))
+            name = content.pop("_file", "results.json")
+            (tmp_path / "results" / folder / name).write_text(json.dumps(content))
         return Context(Results(tmp_path), page)
     return make
