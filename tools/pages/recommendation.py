@@ -222,10 +222,14 @@ def recommendation_notes(ctx) -> str:
                       f"([{path.split('/')[0]}](results/{path}))")
     old = [s for s, (path, _) in found.items() if not path.startswith("protocol-")]
     lines = [
-        "- **Cells**: test loss minus standard's on the same seed, in nats, mean ± Student-t 95 % half-width; "
-        "**bold** where it differs from standard after Holm's correction over its family (the three primary "
-        "variants; the four secondary ones).",
+        "- **Cells**: test loss minus standard's on the same seed, in nats, mean ± Student-t 95 % half-width, a "
+        "failed run counted at its setting's failure threshold; **bold** where it differs from standard after "
+        "Holm's correction over its family as that setting trained it (the primary variants; the secondary "
+        "ones). '-': the setting does not train that variant; 'not run': its study has not run yet.",
         "- **Settings**: " + "; ".join(scales) + ".",
+        "- **equal time**: the variant's dense final runs minus standard's trained for as many more steps as the "
+        "variant's training step costs, on the same seeds (`results/protocol-equal-time-<variant>`); run only for "
+        "a variant whose dense contrast survives Holm's correction, and never bold: the rule reads its sign.",
         "- **its lr**: the peak learning rate of the dense setting's search; in brackets, where the protocol "
         "fitted it, the highest rate at which no run failed.",
         "- **train step**: multiples of standard's median training step, fp32, interleaved in one run, at 24 layers "
