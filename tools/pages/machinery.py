@@ -83,5 +83,4 @@ def durations(ctx) -> str:
              f"`tools/compare.sh` {_minutes(result['main_job_s'])}" if "main_job_s" in result else None]
     parts = [p for p in parts if p]
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    note = f": {result['note']}" if result.get("note") else ""
-    return f"On {cpu_words(machine)}, otherwise idle, {listed}{note}. Source: {ctx.source(TIMINGS)}."
+    return f"On {cpu_words(machine)}, otherwise idle, {listed} (how, and the tests' count: {ctx.source(TIMINGS)})."

@@ -37,8 +37,9 @@ write_atomic(out, json.dumps({
                "tools/compare.sh, one after another)",
     "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     "machine": machine_info(torch.device("cpu")),
-    "note": "wall time on an idle machine; the set-up took its packages from this machine's package index, "
-            f"a user's network adds its download time; tests: {summary}",
+    "note": "wall time on an idle machine; the set-up took its packages from this machine's package index and "
+            "the routing extension from its build cache, so a new machine adds its downloads and about 20 s of "
+            f"build; tests: {summary}",
     "setup_s": int(setup_s), "tests_s": int(tests_s), "main_job_s": int(compare_s)}, indent=2) + "\n")
 EOF
 echo "set-up ${setup_s} s, tests ${tests_s} s, main job ${compare_s} s -> $OUT"
