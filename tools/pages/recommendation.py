@@ -132,13 +132,16 @@ def recommendation_text(ctx) -> str:
         verdict = headline.verdicts.get(variant)
         if verdict is not None:
             if verdict.survives:
-                clause += f" (on {MAIN_WORDS} {signed(verdict.main.mean)}, Holm p {_p(verdict.holm_p)})"
+                where = "" if settings == [MAIN] else f"on {MAIN_WORDS} "
+                clause += f" ({where}{signed(verdict.main.mean)}, Holm p {_p(verdict.holm_p)})"
             worse = [s for s, m in verdict.replication_means.items() if m > 0]
             if worse:
                 clause += f" but {_verb(variant, 'is', 'are')} worse than standard on {_where(worse)}"
         clauses.append(clause)
     survivors = [label(v) for v, verdict in headline.verdicts.items() if verdict.survives]
     held = ("no contrast survives Holm's correction on the dense decoder" if not survivors else
+            f"the contrasts of all {len(survivors)} survive Holm's correction on the dense decoder"
+            if len(survivors) == len(headline.verdicts) > 1 else
             f"only the contrast{'s' if len(survivors) > 1 else ''} of {_names(survivors)} survive"
             f"{'s' if len(survivors) == 1 else ''} Holm's correction on the dense decoder")
     # the protocol trains an equal-time arm only for a variant whose main contrast survives
@@ -148,8 +151,14 @@ def recommendation_text(ctx) -> str:
         pending.append(f"the equal-time arm{'s' if len(arms) > 1 else ''} of {_names(arms)}")
     plural = len(pending) > 1 or len(arms) > 1
     missing = f"; {_names(pending)} {'have' if plural else 'has'} not run yet" if pending else ""
+    # a variant that passes what has run of the rule may still be recommended: the headline says so, not that
+    # no variant wins
+    still_open = pending and any(
+        verdict.survives and all(m < 0 for m in verdict.replication_means.values())
+        and (verdict.equal_time_mean is None or verdict.equal_time_mean < 0) for verdict in headline.verdicts.values())
+    opening = "No variant is recommended yet" if still_open else "No variant wins everywhere at this scale"
     first = clauses[0][0].upper() + clauses[0][1:]
-    return (f"**No variant wins everywhere at this scale.** {'; '.join([first, *clauses[1:]])}. Of the primary variants, "
+    return (f"**{opening}.** {'; '.join([first, *clauses[1:]])}. Of the primary variants, "
             f"{held}{missing}. For the evidence at scale, see [the published results](#at-scale).")
 
 
