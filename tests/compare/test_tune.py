@@ -209,6 +209,8 @@ def test_the_fitted_protocol_runs_end_to_end_with_fresh_final_seeds(tmp_path, mo
     report = (tmp_path / "fit" / "report.md").read_text()
     assert "## Fitted rates" in report and "## Tests" in report and "Holm p" in report
     assert "Each run reads 256 tokens of a" in report and "minus final validation loss" in report
+    standard_tokens = 256 / standard["parameters"]
+    assert f"That is {standard_tokens:.2f} tokens per parameter" in report  # both round alike here
     saved = json.loads((tmp_path / "fit" / "results.json").read_text())
     assert saved["analysis"]["contrasts"]["block_attnres"]["family"] == "secondary"
     # the equal-time ratio's measurement: every variant's training step, as its final runs trained, interleaved

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from attnres.report import protocol_report
 from attnres.report.protocol_report import search_rows, summarize_protocol, ties_sentence
 
 
@@ -61,3 +62,11 @@ def test_the_chosen_rate_is_bold_in_the_html_report_too():
     header, rows = search_rows(RESULTS)
     page = render_html([("table", header, rows, True)])
     assert "<td><strong>5.300</strong></td>" in page and "**" not in page
+
+
+def test_a_study_states_its_tokens_per_parameter_over_its_variants():
+    # the main setting's shape: 1,840 steps of 8 x 128 tokens; standard and hyper-connections' parameter counts
+    results = {"tokens": {"per_run": 1_884_160, "train_split": 3_050_000},
+               "variants": [{"parameters": 920_128, "runs": []}, {"parameters": 935_296, "runs": []}]}
+    text = protocol_report._reading_text(results)
+    assert "(0.62 times). That is 2.01 to 2.05 tokens per parameter over the variants, every parameter counted." in text

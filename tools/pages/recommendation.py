@@ -226,8 +226,11 @@ def recommendation_notes(ctx) -> str:
         model, train = results["settings"]["model"], results["settings"]["train"]
         seeds = len({r["seed"] for v in results["variants"] for r in v["runs"]})
         protocol = "the protocol" if path.startswith("protocol-") else "the 0.2 protocol"
+        base = next((v.get("parameters") for v in results["variants"] if v["residual"] == "standard"), None)
+        per = "" if not base else \
+            f" ({train['steps'] * train['batch_size'] * train['seq_len'] / base:.2f} tokens per parameter for standard)"
         scales.append(f"{setting}: {model['num_layers']} layers x {model['hidden_size']}, {train['steps']} steps of "
-                      f"{train['batch_size']} x {train['seq_len']} tokens, {seeds} seeds, {protocol} "
+                      f"{train['batch_size']} x {train['seq_len']} tokens{per}, {seeds} seeds, {protocol} "
                       f"([{path.split('/')[0]}](results/{path}))")
     old = [s for s, (path, _) in found.items() if not path.startswith("protocol-")]
     lines = [

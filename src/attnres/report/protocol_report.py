@@ -165,13 +165,19 @@ def fit_rows(results: dict) -> list[list[str]]:
 
 
 def _reading_text(results: dict) -> str:
-    """How often a run reads its training split, and what repetition does: the last tenth's training loss minus
-    the final validation loss, over every final run (a gap that grows with repetition is memorisation)."""
+    """How often a run reads its training split, its tokens per parameter, and what repetition does: the last
+    tenth's training loss minus the final validation loss, over every final run (a gap that grows with
+    repetition is memorisation)."""
     tokens = results.get("tokens") or {}
     gaps = [r["tail_train_loss"] - r["final_val_loss"] for v in results["variants"] for r in v["runs"]
             if r.get("tail_train_loss") is not None and math.isfinite(r["final_val_loss"])]
     reads = (f"Each run reads {tokens['per_run']:,} tokens of a {tokens['train_split']:,}-token training split "
              f"({tokens['per_run'] / tokens['train_split']:.2f} times). ") if tokens.get("train_split") else ""
+    counts = [v["parameters"] for v in results["variants"] if v.get("parameters")]
+    if tokens.get("per_run") and counts:  # every parameter counted, embeddings included
+        low, high = tokens["per_run"] / max(counts), tokens["per_run"] / min(counts)
+        reads += (f"That is {low:.2f} to {high:.2f} tokens per parameter over the variants, every parameter counted. "
+                  if f"{low:.2f}" != f"{high:.2f}" else f"That is {low:.2f} tokens per parameter, every one counted. ")
     gap = (f"Training loss over the last tenth of steps minus final validation loss, mean over the final runs: "
            f"{signed(mean(gaps))} nats." if gaps else "")
     return reads + gap

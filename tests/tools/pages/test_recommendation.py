@@ -80,7 +80,8 @@ def test_the_protocols_study_replaces_the_0_2_one_when_it_lands(ctx_with):
     found = recommendation.setting_results(ctx)
     assert found["dense"][0] == "protocol-dense/results.json"
     notes = recommendation.recommendation_notes(ctx)
-    assert "dense: 16 layers x 64, 1840 steps of 8 x 128 tokens, 8 seeds, the protocol" in notes
+    assert "dense: 16 layers x 64, 1840 steps of 8 x 128 tokens (2.05 tokens per parameter for standard), 8 seeds, " \
+        "the protocol" in notes
     assert "0.2 protocol" not in notes
 
 
