@@ -7,7 +7,7 @@ from __future__ import annotations
 from attnres.analysis.contrasts import setting_tests
 from attnres.compare.headline import PRIMARY, draw_headline
 from attnres.report.compare_report import signed
-from attnres.report.protocol_report import FIT_HEADER, analysis_of, fit_rows, test_header, test_rows
+from attnres.report.protocol_report import FIT_HEADER, analysis_of, fit_rows, p_text, test_header, test_rows
 from tools.pages import recommendation
 from tools.pages.fair import run_moves
 from tools.pages.seeds import table
@@ -20,10 +20,6 @@ OTHER_PATH = "protocol-dense-avx2/results.json"  # the main setting's primary fi
 
 def _interval(mean: float, ci) -> str:
     return f"{signed(mean)} [{ci[0]:+.3f}, {ci[1]:+.3f}]"
-
-
-def _p(value) -> str:
-    return "-" if value is None else "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
 def protocol_tests(ctx, path: str = MAIN) -> str:
@@ -57,7 +53,7 @@ def protocol_rule(ctx) -> str:
         pooled = "-" if verdict.pooled is None else _interval(verdict.pooled.estimate, verdict.pooled.ci_hk)
         equal = signed(verdict.equal_time_mean) if verdict.equal_time_mean is not None else \
             "not run" if verdict.survives else "not needed"  # the protocol runs an arm only for a survivor
-        rows.append([recommendation.LABELS[variant], main, _p(verdict.holm_p), *means, pooled, equal,
+        rows.append([recommendation.LABELS[variant], main, p_text(verdict.holm_p), *means, pooled, equal,
                      yes[verdict.survives], yes[verdict.replicates], yes[verdict.holds_at_equal_time],
                      "**recommended**" if verdict.recommended else "no"])
     header = ["variant", "dense [95 % CI]", "Holm p", *replications, "pooled [Hartung-Knapp 95 %]", "equal time",
@@ -97,12 +93,12 @@ def protocol_paths(ctx) -> str:
     whether any primary contrast changed sign or its Holm decision."""
     main, rerun = ctx.results.json(MAIN), ctx.results.json(OTHER_PATH)
     check = path_check(main, rerun)
+    names = {v["residual"]: v["name"] for v in rerun["variants"]}
     rows = []
     for residual, (here, there) in check["contrasts"].items():
-        moves = [abs(m["moved"]) for m in check["moves"] if m["variant"] == next(
-            v["name"] for v in rerun["variants"] if v["residual"] == residual)]
+        moves = [abs(m["moved"]) for m in check["moves"] if m["variant"] == names[residual]]
         rows.append([recommendation.LABELS[residual], _interval(here["mean"], here["ci"]),
-                     _interval(there["mean"], there["ci"]), f"{_p(here['holm_p'])} / {_p(there['holm_p'])}",
+                     _interval(there["mean"], there["ci"]), f"{p_text(here['holm_p'])} / {p_text(there['holm_p'])}",
                      "yes" if (here["mean"] < 0) != (there["mean"] < 0) else "no",
                      "yes" if _decided(here) != _decided(there) else "no", f"{max(moves):.4f}"])
     largest = max(check["moves"], key=lambda m: abs(m["moved"]))

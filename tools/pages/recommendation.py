@@ -12,6 +12,7 @@ from attnres.analysis.inference import paired_t
 from attnres.analysis.contrasts import paired_differences, setting_tests
 from attnres.compare.headline import MAIN, PRIMARY, Evidence, draw_headline
 from attnres.report.compare_report import signed
+from attnres.report.protocol_report import p_text
 from tools.pages import costs, fair
 from tools.pages.published import PUBLISHED, VARIANT_NAMES, _entries
 from tools.pages.seeds import table
@@ -100,10 +101,6 @@ def _where(settings: list[str]) -> str:
     return _names([SETTING_WORDS.get(s, s) for s in settings])
 
 
-def _p(value: float) -> str:
-    return "< 0.001" if value < 0.001 else f"{value:.3f}"
-
-
 def _verb(variant: str, singular: str, plural: str) -> str:
     return plural if variant in PLURAL else singular
 
@@ -119,7 +116,7 @@ def recommendation_text(ctx) -> str:
         low, high = verdict.pooled.ci_hk
         others = [label(v) for v in headline.recommended[1:]]
         return (f"**Use {label(pick)}** (`residual: {pick}`): better than standard on {MAIN_WORDS} after Holm's "
-                f"correction ({signed(verdict.main.mean)}, Holm p {_p(verdict.holm_p)}), in every replication "
+                f"correction ({signed(verdict.main.mean)}, Holm p {p_text(verdict.holm_p)}), in every replication "
                 f"(pooled {signed(verdict.pooled.estimate)} [{low:+.3f}, {high:+.3f}]) and at equal training time."
                 + (f" {_names(others)} also pass{'es' if len(others) == 1 else ''} the rule." if others else ""))
     leads: dict[str, list[str]] = {}
@@ -133,7 +130,7 @@ def recommendation_text(ctx) -> str:
         if verdict is not None:
             if verdict.survives:
                 where = "" if settings == [MAIN] else f"on {MAIN_WORDS} "
-                clause += f" ({where}{signed(verdict.main.mean)}, Holm p {_p(verdict.holm_p)})"
+                clause += f" ({where}{signed(verdict.main.mean)}, Holm p {p_text(verdict.holm_p)})"
             worse = [s for s, m in verdict.replication_means.items() if m > 0]
             if worse:
                 clause += f" but {_verb(variant, 'is', 'are')} worse than standard on {_where(worse)}"

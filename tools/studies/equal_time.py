@@ -23,7 +23,7 @@ from attnres.report.compare_summary import cost_summary
 ROOT = Path(__file__).resolve().parents[2]
 PRESETS = ROOT / "src" / "attnres" / "configs" / "compare"
 MAIN_PRESET = "protocol_dense"
-MIN_REPEATS = 11  # the protocol's measurement: 11 interleaved rounds on one thread of an idle machine
+PROTOCOL_REPEATS = 11  # the protocol's measurement: 11 interleaved rounds on one thread of an idle machine
 
 
 def arms(results: dict) -> dict[str, float]:
@@ -31,9 +31,9 @@ def arms(results: dict) -> dict[str, float]:
     negative mean. Raises ValueError where the cost measurement is not the protocol's."""
     cost = results.get("cost") or {}
     settings, machine = cost.get("settings") or {}, cost.get("machine") or {}
-    if settings.get("repeats", 0) < MIN_REPEATS or machine.get("threads") != 1:
+    if settings.get("repeats", 0) < PROTOCOL_REPEATS or machine.get("threads") != 1:
         raise ValueError(f"the cost measurement has {settings.get('repeats')} rounds on {machine.get('threads')} "
-                         f"thread(s); the protocol's c needs {MIN_REPEATS} or more on one: OMP_NUM_THREADS=1 attnres "
+                         f"thread(s); the protocol's c needs {PROTOCOL_REPEATS} or more on one: OMP_NUM_THREADS=1 attnres "
                          f"compare --preset {MAIN_PRESET} --out results/protocol-dense --set cost.repeats=11")
     headline = draw_headline(Evidence(main=paired_differences(results, PRIMARY)))
     names = {v["residual"]: v["name"] for v in results["variants"]}

@@ -27,7 +27,8 @@ def summarize_protocol(results: dict) -> dict[str, dict]:
     val_loss_mean (final runs), delta_vs_standard / _ci95 (test loss minus standard's, paired by seed),
     delta_vs_best / _ci95 (the same against the variant with the lowest mean test loss), best, and tied:
     whether the 95 % interval of the paired difference to the best includes 0 (None without an
-    interval); and the cost keys of `cost_summary` (None without a cost measurement). Raises ValueError without exactly one standard variant or a run without a test loss."""
+    interval); and the cost keys of `cost_summary` (None without a cost measurement). Raises ValueError
+    without exactly one standard variant or a run without a test loss."""
     variants = results.get("variants") or []
     baselines = [v for v in variants if v.get("residual") == BASELINE]
     if len(baselines) != 1:
@@ -119,7 +120,8 @@ def analysis_of(results: dict) -> dict | None:
     return setting_tests(results, primary)
 
 
-def _p(value) -> str:
+def p_text(value: float | None) -> str:
+    """A p-value as the reports print it: 3 decimals, "< 0.001" below that, "-" for none."""
     return "-" if value is None else "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
@@ -144,7 +146,7 @@ def test_rows(results: dict, analysis: dict) -> list[list[str]]:
             continue
         low_ci, high_ci = entry["ci"]
         rows.append([variant["name"], entry["family"], f"{signed(entry['mean'])} [{low_ci:+.3f}, {high_ci:+.3f}]",
-                     _p(entry["p"]), _p(entry["holm_p"]), _p(entry["tost_p"]), entry["verdict"], failed])
+                     p_text(entry["p"]), p_text(entry["holm_p"]), p_text(entry["tost_p"]), entry["verdict"], failed])
     return rows
 
 
