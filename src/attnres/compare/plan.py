@@ -252,7 +252,7 @@ def _yaml_value(value) -> str:
     return text.removesuffix("...").strip()
 
 
-def _hours(hours: float) -> str:
+def hours_text(hours: float) -> str:
     """GPU-hours as a person reads them: 6,294 or 0.0123."""
     return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
 
@@ -296,17 +296,17 @@ def plan_text(plan: ProtocolPlan) -> str:
     rows = [[v.name, "primary" if v.primary else "secondary", f"{v.parameters:,}", f"{v.non_embedding:,}",
              f"{v.tokens_per_parameter:.2f}", f"{v.flops_per_run:.3g}", str(v.grid_runs), str(v.extension_runs),
              f"{len(v.final_seeds)} ({_seeds(v.final_seeds)})", str(v.runs), f"{v.runs * v.flops_per_run:.3g}",
-             _hours(gpu.hours(v.runs * v.flops_per_run))] for v in plan.variants]
+             hours_text(gpu.hours(v.runs * v.flops_per_run))] for v in plan.variants]
     grid_runs, finals = plan.count("grid"), plan.count("final")
     rows.append(["all", "", "", "", "", "", str(grid_runs), str(plan.extension_runs), str(finals),
-                 str(grid_runs + finals), f"{plan.flops:.3g}", _hours(gpu.hours(plan.flops))])
+                 str(grid_runs + finals), f"{plan.flops:.3g}", hours_text(gpu.hours(plan.flops))])
     lines += _table(header, rows)
     longest = max(v.flops_per_run for v in plan.variants) / (plan.gpus_per_run * gpu.flops_per_s)  # seconds
     lines += ["", f"runs: {grid_runs} grid ({len(plan.variants)} variants x {len(grid)} rates x "
                   f"{protocol.grid_seeds} seeds) + {finals} final = {grid_runs + finals}; with every extension "
                   f"{grid_runs + finals + plan.extension_runs} runs, {plan.max_flops:.3g} FLOPs, "
-                  f"{_hours(gpu.hours(plan.max_flops))} GPU-hours",
-              f"total: {plan.flops:.3g} training FLOPs, {_hours(gpu.hours(plan.flops))} GPU-hours on {gpu.name} at "
+                  f"{hours_text(gpu.hours(plan.max_flops))} GPU-hours",
+              f"total: {plan.flops:.3g} training FLOPs, {hours_text(gpu.hours(plan.flops))} GPU-hours on {gpu.name} at "
               f"{gpu.peak_tflops:g} TFLOP/s peak x {gpu.mfu:.0%} MFU = {gpu.flops_per_s / 1e12:.1f} TFLOP/s per GPU "
               f"(assumed: Throughput(peak_tflops=..., mfu=...) changes it); FLOPs as attnres.model.flops counts "
               f"them (3 x forward, full T x T attention), evaluation not counted",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnres.common.errors import InputError
-from attnres.compare.plan import vocab_size_of
+from attnres.compare.plan import hours_text, vocab_size_of
 from attnres.compare.presets import variant_run, variant_slug
 from attnres.model import ModelConfig
 from attnres.report.variant_names import variant_name
@@ -125,12 +125,7 @@ def plan_text(preset: ScalingPreset, planned: list[PlannedRun]) -> str:
                   f"{total:.3g} training FLOPs in all", "", "by variant:"]
     for variant in preset.variants:
         flops = sum(p.flops for p in planned if p.variant is variant)
-        lines.append(f"  {variant_name(variant)}: {flops:.3g} FLOPs, {_hours(preset.gpu.hours(flops))} GPU-hours")
-    lines.append(f"all: {_hours(preset.gpu.hours(total))} GPU-hours on {preset.gpu.name} at {preset.gpu.peak_tflops:g} "
+        lines.append(f"  {variant_name(variant)}: {flops:.3g} FLOPs, {hours_text(preset.gpu.hours(flops))} GPU-hours")
+    lines.append(f"all: {hours_text(preset.gpu.hours(total))} GPU-hours on {preset.gpu.name} at {preset.gpu.peak_tflops:g} "
                  f"TFLOP/s peak and {preset.gpu.mfu:.0%} MFU (model FLOPs as counted by attnres.model.flops)")
     return "\n".join(lines)
-
-
-def _hours(hours: float) -> str:
-    """GPU-hours as a person reads them: 6,294 or 0.0123."""
-    return f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
