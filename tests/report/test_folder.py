@@ -23,6 +23,16 @@ def test_a_users_own_files_are_refused_naming_them_unless_forced(tmp_path):
     check_report_folder(tmp_path, "analyze", ["a"], force=True)
 
 
+def test_a_log_the_shell_opened_before_the_command_ran_is_not_refused_nor_touched(tmp_path):
+    # `attnres compare --out X > X/shard0.log`: the shell creates the log first; no command writes a .log
+    (tmp_path / "shard0.log").write_text("compare: waiting")
+    check_report_folder(tmp_path, "compare", "protocol_kjv")
+    (tmp_path / "notes.md").write_text("mine")
+    with pytest.raises(InputError, match=r"did not write \(notes.md\)"):
+        check_report_folder(tmp_path, "compare", "protocol_kjv")
+    assert (tmp_path / "shard0.log").read_text() == "compare: waiting"
+
+
 def test_the_same_command_on_the_same_inputs_may_rewrite_its_report(tmp_path):
     (tmp_path / "summary.md").write_text("a report")
     mark_report_folder(tmp_path, "analyze", ("ckpt/a", "ckpt/b"))

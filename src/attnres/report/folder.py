@@ -8,7 +8,9 @@ is not refused: that is how an interrupted comparison resumes and a report is re
 inputs include its options, so an identical rerun writes an identical report). A bench report holds
 timings a rerun would not reproduce, so a rerun into it is refused too. Once the report is written,
 `mark_report_folder` records what wrote it in `MANIFEST`. A folder written before manifests existed
-is recognised by its own files (`_RECOGNISED`).
+is recognised by its own files (`_RECOGNISED`). Log files (`*.log`) are not counted: no command writes
+one, so none is replaced, and the shell creates `attnres compare --out X > X/shard0.log`'s before the
+command looks.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def check_report_folder(out: Path, command: str, inputs: object = None, force: b
     nothing is refused and files of the report's names are replaced."""
     if force or not out.is_dir():
         return
-    names = sorted(p.name for p in out.iterdir() if not p.name.startswith(".attnres"))
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith(".attnres") and p.suffix != ".log")
     manifest = _read_json(out / MANIFEST)
     if not isinstance(manifest, dict):  # none; an earlier release's report is recognised by its files
         written = names and _written_by(out, command)
