@@ -33,8 +33,8 @@ def arms(results: dict) -> dict[str, float]:
     settings, machine = cost.get("settings") or {}, cost.get("machine") or {}
     if settings.get("repeats", 0) < PROTOCOL_REPEATS or machine.get("threads") != 1:
         raise ValueError(f"the cost measurement has {settings.get('repeats')} rounds on {machine.get('threads')} "
-                         f"thread(s); the protocol's c needs {PROTOCOL_REPEATS} or more on one: OMP_NUM_THREADS=1 attnres "
-                         f"compare --preset {MAIN_PRESET} --out results/protocol-dense --set cost.repeats=11")
+                         f"thread(s); the protocol's c needs {PROTOCOL_REPEATS} or more on one: OMP_NUM_THREADS=1 "
+                         f"attnres compare --preset {MAIN_PRESET} --out results/protocol-dense --set cost.repeats=11")
     headline = draw_headline(Evidence(main=paired_differences(results, PRIMARY)))
     names = {v["residual"]: v["name"] for v in results["variants"]}
     base = names["standard"]

@@ -9,8 +9,8 @@ inputs include its options, so an identical rerun writes an identical report). A
 timings a rerun would not reproduce, so a rerun into it is refused too. Once the report is written,
 `mark_report_folder` records what wrote it in `MANIFEST`. A folder written before manifests existed
 is recognised by its own files (`_RECOGNISED`). Log files (`*.log`) are not counted: no command writes
-one, so none is replaced, and the shell creates `attnres compare --out X > X/shard0.log`'s before the
-command looks.
+one, so none is replaced, and for `attnres compare --out X > X/shard0.log` the shell creates the log
+before the command looks.
 """
 
 from __future__ import annotations

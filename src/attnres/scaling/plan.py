@@ -126,6 +126,6 @@ def plan_text(preset: ScalingPreset, planned: list[PlannedRun]) -> str:
     for variant in preset.variants:
         flops = sum(p.flops for p in planned if p.variant is variant)
         lines.append(f"  {variant_name(variant)}: {flops:.3g} FLOPs, {hours_text(preset.gpu.hours(flops))} GPU-hours")
-    lines.append(f"all: {hours_text(preset.gpu.hours(total))} GPU-hours on {preset.gpu.name} at {preset.gpu.peak_tflops:g} "
-                 f"TFLOP/s peak and {preset.gpu.mfu:.0%} MFU (model FLOPs as counted by attnres.model.flops)")
+    lines.append(f"all: {hours_text(preset.gpu.hours(total))} GPU-hours on {preset.gpu.name} at "
+                 f"{preset.gpu.peak_tflops:g} TFLOP/s peak and {preset.gpu.mfu:.0%} MFU (model FLOPs as counted by attnres.model.flops)")
     return "\n".join(lines)
