@@ -68,5 +68,5 @@ def test_a_study_states_its_tokens_per_parameter_over_its_variants():
     # the main setting's shape: 1,840 steps of 8 x 128 tokens; standard and hyper-connections' parameter counts
     results = {"tokens": {"per_run": 1_884_160, "train_split": 3_050_000},
                "variants": [{"parameters": 920_128, "runs": []}, {"parameters": 935_296, "runs": []}]}
-    text = protocol_report._reading_text(results)
+    text = protocol_report.reading_text(results)
     assert "(0.62 times). That is 2.01 to 2.05 tokens per parameter over the variants, every parameter counted." in text

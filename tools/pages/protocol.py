@@ -7,7 +7,8 @@ from __future__ import annotations
 from attnres.analysis.contrasts import setting_tests
 from attnres.compare.headline import PRIMARY, draw_headline
 from attnres.report.compare_report import signed
-from attnres.report.protocol_report import FIT_HEADER, analysis_of, fit_rows, p_text, test_header, test_rows
+from attnres.report.protocol_report import (FIT_HEADER, analysis_of, fit_rows, p_text, reading_text, test_header,
+                                            test_rows)
 from tools.pages import recommendation
 from tools.pages.fair import run_moves
 from tools.pages.seeds import table
@@ -24,7 +25,8 @@ def _interval(mean: float, ci) -> str:
 
 def protocol_tests(ctx, path: str = MAIN) -> str:
     """A protocol study's fitted rates, then its tests: each variant against standard paired by seed, Holm within
-    its family, TOST, failure rates, and the best-test among the primary variants."""
+    its family, TOST, failure rates, and the best-test among the primary variants; then how much of its training
+    split a run reads, in tokens per parameter, and its training-minus-validation gap."""
     results = ctx.results.json(path)
     analysis = analysis_of(results)
     best = analysis["best"]
@@ -36,7 +38,7 @@ def protocol_tests(ctx, path: str = MAIN) -> str:
         "Test loss in nats, variant minus standard on the same seed; Holm's correction within the primary and "
         "within the secondary family; 'equivalent' only where two one-sided tests reject a difference as large as "
         "the margin; a failed run counts at the failure threshold, and its rate has a Clopper-Pearson interval."
-        + shown + " " + provenance(results, ctx.source(path))])
+        + shown, " ".join(filter(None, [reading_text(results), provenance(results, ctx.source(path))]))])
 
 
 def protocol_rule(ctx) -> str:

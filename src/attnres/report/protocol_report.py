@@ -166,7 +166,7 @@ def fit_rows(results: dict) -> list[list[str]]:
     return rows
 
 
-def _reading_text(results: dict) -> str:
+def reading_text(results: dict) -> str:
     """How often a run reads its training split, its tokens per parameter, and what repetition does: the last
     tenth's training loss minus the final validation loss, over every final run (a gap that grows with
     repetition is memorisation)."""
@@ -203,7 +203,7 @@ def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
         f"extends the search one grid step further, at most {protocol['max_extensions']} times. At its rate "
         f"each variant trains {protocol['final_seeds']} seeds (the search's seeds at that rate among them)")
     tests = [] if analysis is None else [
-        ("p", _reading_text(results)),
+        ("p", reading_text(results)),
         ("h2", "Fitted rates"),
         ("table", FIT_HEADER, fit_rows(results), True),
         ("h2", "Tests"),

@@ -25,7 +25,7 @@ def study(gains: dict[str, float], seeds=range(1000, 1016), capability="AVX512")
             "protocol": {"choice": "fit", "failure_threshold": 7.6},
             "settings": {"model": {"num_layers": 16, "hidden_size": 64},
                          "train": {"steps": 1840, "batch_size": 8, "seq_len": 128}},
-            "variants": variants}
+            "tokens": {"per_run": 1_884_160, "train_split": 3_050_000}, "variants": variants}
 
 
 GAINS = {"block_attnres": -0.1, "hyper_connections": 0.003, "delta_block": -0.004, "mhc": 0.2}
@@ -43,6 +43,7 @@ def test_a_studys_fitted_rates_and_tests_with_holm_per_family(ctx_with):
     assert block[2].startswith("-0.100 [") and block[6] == "better" and block[7] == "0 of 16 [0.00, 0.21]"
     assert row(text, "| mhc | secondary |")[6] == "worse"
     assert "Best-test among the primary variants and standard: block_attnres is shown better" in text
+    assert "(0.62 times). That is 2.05 tokens per parameter, every one counted." in text
 
 
 def test_the_rule_table_shows_each_condition_and_a_replication_not_run(ctx_with):
