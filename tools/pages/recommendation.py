@@ -12,6 +12,7 @@ from attnres.analysis.inference import paired_t
 from attnres.analysis.contrasts import paired_differences, setting_tests
 from attnres.compare.headline import MAIN, PRIMARY, Evidence, draw_headline
 from attnres.report.compare_report import signed
+from attnres.report.compare_summary import cost_summary
 from attnres.report.protocol_report import p_text
 from tools.pages import costs, fair
 from tools.pages.published import PUBLISHED, VARIANT_NAMES, _entries
@@ -221,13 +222,13 @@ def recommendation_notes(ctx) -> str:
             scales.append(f"{setting}: not run yet (`tools/studies/protocol.sh {preset}`)")
             continue
         model, train = results["settings"]["model"], results["settings"]["train"]
-        seeds = len({r["seed"] for v in results["variants"] for r in v["runs"]})
+        seeds = _seeds_text(results)
         protocol = "the protocol" if path.startswith("protocol-") else "the 0.2 protocol"
         base = next((v.get("parameters") for v in results["variants"] if v["residual"] == "standard"), None)
         per = "" if not base else \
             f" ({train['steps'] * train['batch_size'] * train['seq_len'] / base:.2f} tokens per parameter for standard)"
         scales.append(f"{setting}: {model['num_layers']} layers x {model['hidden_size']}, {train['steps']} steps of "
-                      f"{train['batch_size']} x {train['seq_len']} tokens{per}, {seeds} seeds, {protocol} "
+                      f"{train['batch_size']} x {train['seq_len']} tokens{per}, {seeds}, {protocol} "
                       f"([{path.split('/')[0]}](results/{path}))")
     old = [s for s, (path, _) in found.items() if not path.startswith("protocol-")]
     lines = [
@@ -237,8 +238,9 @@ def recommendation_notes(ctx) -> str:
         "ones). '-': the setting does not train that variant; 'not run': its study has not run yet.",
         "- **Settings**: " + "; ".join(scales) + ".",
         "- **equal time**: the variant's dense final runs minus standard's trained for as many more steps as the "
-        "variant's training step costs, on the same seeds (`results/protocol-equal-time-<variant>`); run only for "
-        "a variant whose dense contrast survives Holm's correction, and never bold: the rule reads its sign.",
+        f"variant's training step costs{_step_costs(found)}, on the same seeds (`results/protocol-equal-time-"
+        "<variant>`); run only for a variant whose dense contrast survives Holm's correction, and never bold: the "
+        "rule reads its sign.",
         "- **its lr**: the peak learning rate of the dense setting's search; in brackets, where the protocol "
         "fitted it, the highest rate at which no run failed.",
         "- **train step**: multiples of standard's median training step, fp32, interleaved in one run, at 24 layers "
@@ -251,6 +253,29 @@ def recommendation_notes(ctx) -> str:
                      "with no correction. The pre-registered [protocol](docs/explanation/protocol.md) replaces each "
                      "setting as its study lands.")
     return "\n".join(lines)
+
+
+def _seeds_text(results: dict) -> str:
+    """"16 seeds", or "16 seeds (8 for the secondary variants)" where the protocol gives those fewer."""
+    counts = {}
+    for variant in results["variants"]:
+        counts.setdefault(variant.get("primary", True), set()).add(len({r["seed"] for r in variant["runs"]}))
+    main = max(counts.get(True) or counts[False])
+    fewer = sorted(n for n in counts.get(False, ()) if n != main)
+    return f"{main} seeds" + (f" ({_names([str(n) for n in fewer])} for the secondary variants)" if fewer else "")
+
+
+def _step_costs(found: dict) -> str:
+    """The main setting's own training-step cost of each primary variant, the factor its equal-time arm trains
+    standard longer by (the protocol's measurement: one thread), as text; "" where the setting has none."""
+    path, main = next(iter(found.values()))
+    cost = (main or {}).get("cost") or {}
+    if not path.startswith("protocol-") or (cost.get("machine") or {}).get("threads") != 1:
+        return ""
+    names = {v["residual"]: v["name"] for v in main["variants"]}
+    ratios = [f"{LABELS[r]} {cost_summary(cost, names[r], names['standard'])['step_time_ratio']:.2f}x"
+              for r in PRIMARY if r in names]
+    return f" at the dense setting's own shape on one thread ({_names(ratios)})"
 
 
 def recommendation_sources(ctx) -> str:

@@ -86,7 +86,7 @@ def test_the_protocols_study_replaces_the_0_2_one_when_it_lands(ctx_with):
 
 
 def test_once_the_protocols_main_study_lands_only_its_settings_count_and_a_missing_one_fails_the_rule(ctx_with):
-    protocol = dict(steps=1840, seeds=range(1000, 1016), path_note="protocol_dense")
+    protocol = dict(steps=1840, seeds=range(1000, 1008), path_note="protocol_dense")
     ctx = ctx_with(**{"fair-dense": results(EVERYWHERE), "fair-dense-long": results(EVERYWHERE),
                       "fair-kimi-linear": results(EVERYWHERE), "protocol-dense": results(EVERYWHERE, **protocol),
                       "protocol-kjv": results(EVERYWHERE, steps=1840, seeds=range(1000, 1008)),
@@ -106,3 +106,20 @@ def test_once_the_protocols_main_study_lands_only_its_settings_count_and_a_missi
     notes = recommendation.recommendation_notes(ctx)
     assert "Kimi Linear: not run yet (`tools/studies/protocol.sh protocol_kimi_linear`)" in notes
     assert "0.2 protocol" not in notes and "Kimi Linear" not in recommendation.recommendation_sources(ctx)
+
+
+def test_the_notes_give_the_secondary_variants_seeds_and_each_primary_variants_equal_time_factor(ctx_with):
+    main = results({"block_attnres": -0.1, "hyper_connections": -0.2, "delta_block": -0.1, "mhc": 0.0},
+                   steps=1840, seeds=range(1000, 1008), path_note="protocol_dense")
+    for variant in main["variants"]:
+        variant["primary"] = variant["residual"] != "mhc"
+        if not variant["primary"]:
+            variant["runs"] = variant["runs"][:4]
+    seconds = {"standard": 0.10, "block_attnres": 0.115, "hyper_connections": 0.179, "delta_block": 0.111}
+    main["cost"] = {"machine": {"threads": 1}, "settings": {"noise_threshold": 0.25}, "variants": {
+        name: {"train_step_s": {"samples_s": [s] * 5, "median_s": s}} for name, s in seconds.items()}}
+    notes = recommendation.recommendation_notes(ctx_with(**{"protocol-dense": main}))
+    assert "1840 steps of 8 x 128 tokens (2.05 tokens per parameter for standard), 8 seeds (4 for the secondary " \
+        "variants), the protocol" in notes
+    assert "costs at the dense setting's own shape on one thread (Block AttnRes 1.15x, hyper-connections 1.79x " \
+        "and Delta Block 1.11x)" in notes

@@ -50,10 +50,10 @@ def test_a_changed_result_value_fails_the_check_naming_page_and_block(copy, tmp_
         run = next(v for v in data["variants"] if v["name"] == "block_attnres (N=8)")["runs"][0]
         run["final_val_loss"] += 0.5
     _edit(root / "results" / "ablation" / "results.json", worse)
-    # and one seed of the fair fight's first routed variant: the README's loss column changes
+    # and one seed of the protocol's main study's first routed variant: the README's loss column changes
     def worse_test(data):
         next(v for v in data["variants"] if v["residual"] != "standard")["runs"][0]["final_test_loss"] += 0.5
-    _edit(root / "results" / "fair-dense" / "results.json", worse_test)
+    _edit(root / "results" / "protocol-dense" / "results.json", worse_test)
     stale = check_pages(root)
     assert any(line.startswith("README.md: ") and "recommendation" in line for line in stale), stale
     assert any("ablation-table" in line for line in stale), stale
