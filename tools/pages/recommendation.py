@@ -12,12 +12,12 @@ from attnres.analysis.inference import paired_t
 from attnres.analysis.contrasts import paired_differences, setting_tests
 from attnres.compare.headline import MAIN, PRIMARY, Evidence, draw_headline
 from attnres.report.compare_report import signed
-from attnres.report.compare_summary import cost_summary
 from attnres.report.protocol_report import p_text
 from tools.pages import costs, fair
 from tools.pages.published import PUBLISHED, VARIANT_NAMES, _entries
 from tools.pages.seeds import table
 from tools.pages.sources import ResultMissing, provenance
+from tools.studies import equal_time
 
 SECONDARY = ("full_attnres", "delta_attnres", "denseformer", "mhc")
 # The settings in the table's order, the first the main one and the others replications: the protocol's once
@@ -266,16 +266,17 @@ def _seeds_text(results: dict) -> str:
 
 
 def _step_costs(found: dict) -> str:
-    """The main setting's own training-step cost of each primary variant, the factor its equal-time arm trains
-    standard longer by (the protocol's measurement: one thread), as text; "" where the setting has none."""
+    """The factor c each equal-time arm trains standard longer by (`tools.studies.equal_time.arms`, which wrote
+    the arms' presets), as text; "" where the main setting has no protocol cost measurement."""
     path, main = next(iter(found.values()))
-    cost = (main or {}).get("cost") or {}
-    if not path.startswith("protocol-") or (cost.get("machine") or {}).get("threads") != 1:
+    if not path.startswith("protocol-"):
         return ""
-    names = {v["residual"]: v["name"] for v in main["variants"]}
-    ratios = [f"{LABELS[r]} {cost_summary(cost, names[r], names['standard'])['step_time_ratio']:.2f}x"
-              for r in PRIMARY if r in names]
-    return f" at the dense setting's own shape on one thread ({_names(ratios)})"
+    try:
+        factors = equal_time.arms(main)
+    except ValueError:  # its cost measurement is not the protocol's: no arm is defined by it
+        return ""
+    ratios = [f"{LABELS[r]} {c:.2f}x" for r, c in factors.items()]
+    return f" at the dense setting's own shape on one thread ({_names(ratios)})" if ratios else ""
 
 
 def recommendation_sources(ctx) -> str:

@@ -116,7 +116,7 @@ def test_the_notes_give_the_secondary_variants_seeds_and_each_primary_variants_e
         if not variant["primary"]:
             variant["runs"] = variant["runs"][:4]
     seconds = {"standard": 0.10, "block_attnres": 0.115, "hyper_connections": 0.179, "delta_block": 0.111}
-    main["cost"] = {"machine": {"threads": 1}, "settings": {"noise_threshold": 0.25}, "variants": {
+    main["cost"] = {"machine": {"threads": 1}, "settings": {"noise_threshold": 0.25, "repeats": 11}, "variants": {
         name: {"train_step_s": {"samples_s": [s] * 5, "median_s": s}} for name, s in seconds.items()}}
     notes = recommendation.recommendation_notes(ctx_with(**{"protocol-dense": main}))
     assert "1840 steps of 8 x 128 tokens (2.05 tokens per parameter for standard), 8 seeds (4 for the secondary " \
