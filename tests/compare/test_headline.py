@@ -122,3 +122,13 @@ def test_one_comparison_applies_the_rule_to_its_own_seeds_and_never_recommends()
     headline = comparison_headline(results)
     assert headline["seeds"] == 8 and headline["loss"] == "final_test_loss"
     assert headline["survives"] == ["hyper_connections"] and headline["recommended"] == []
+
+
+def test_a_comparison_without_a_primary_contrast_has_no_headline():
+    dense = committed("fair-dense")
+    alone = {**dense, "variants": [v for v in dense["variants"] if v["residual"] == "standard"]}  # an equal-time arm
+    secondary = {**dense, "variants": [v for v in dense["variants"] if v["residual"] in ("standard", "full_attnres")]}
+    without_standard = {**dense, "variants": [v for v in dense["variants"] if v["residual"] != "standard"]}
+    assert comparison_headline(alone) is None
+    assert comparison_headline(secondary) is None
+    assert comparison_headline(without_standard) is None

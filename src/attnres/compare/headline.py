@@ -114,14 +114,19 @@ def draw_headline(evidence: Evidence, alpha: float = ALPHA) -> Headline:
     return Headline(passing, verdicts, leads, best_shown or len(passing) == 1)
 
 
-def comparison_headline(results: dict) -> dict:
+def comparison_headline(results: dict) -> dict | None:
     """The rule applied to one comparison's own runs (`attnres compare` without a protocol), as plain data for
     its report: {"seeds", "loss" (the key compared: test loss where every run has one, else validation),
     "survives": the primary variants better than standard after Holm's correction, "recommended" (always
-    empty: one comparison has no replication and no equal-time arm), "protocol": the command that runs it}."""
+    empty: one comparison has no replication and no equal-time arm), "protocol": the command that runs it}.
+    None where the comparison holds no primary contrast (no standard, or no primary variant beside it)."""
+    if "standard" not in {v["residual"] for v in results["variants"]}:
+        return None
     runs = [r for v in results["variants"] for r in v["runs"]]
     key = "final_test_loss" if runs and all("final_test_loss" in r for r in runs) else "final_val_loss"
     diffs = paired_differences(results, PRIMARY, key=key)
+    if not diffs:
+        return None
     seeds = min((len(d) for d in diffs.values()), default=0)
     headline = draw_headline(Evidence(main=diffs)) if seeds >= 2 else None
     survives = [] if headline is None else [v for v, verdict in headline.verdicts.items() if verdict.survives]
