@@ -198,9 +198,10 @@ def recommendation_table(ctx) -> str:
         if variant == "standard":
             cells = ["baseline"] * len(found) + ["baseline"]
         else:
-            cells = ["not run" if entry is None else _cell(entry[0].get(variant), entry[1].get(variant, False))
+            pending = "not run" if variant in PRIMARY else "-"  # replications and arms train the primary ones
+            cells = [pending if entry is None else _cell(entry[0].get(variant), entry[1].get(variant, False))
                      for entry in per_setting.values()]
-            cells.append(_cell(equal.get(variant), False) if variant in equal else "not run")
+            cells.append(_cell(equal.get(variant), False) if variant in equal else pending)
         step = f"{NBSP}/{NBSP}".join(costs.x(s.get(variant, {}).get("train_step") if variant != "standard" else 1.0)
                                      for s in steps)
         count, base = parameters.get(variant), parameters.get("standard")
@@ -235,7 +236,8 @@ def recommendation_notes(ctx) -> str:
         "- **Cells**: test loss minus standard's on the same seed, in nats, mean ± Student-t 95 % half-width, a "
         "failed run counted at its setting's failure threshold; **bold** where it differs from standard after "
         "Holm's correction over its family as that setting trained it (the primary variants; the secondary "
-        "ones). '-': the setting does not train that variant; 'not run': its study has not run yet.",
+        "ones). '-': the setting does not train that variant (the replications and the equal-time arms train "
+        "the primary variants only); 'not run': its study has not run yet.",
         "- **Settings**: " + "; ".join(scales) + ".",
         "- **equal time**: the variant's dense final runs minus standard's trained for as many more steps as the "
         f"variant's training step costs{_step_costs(found)}, on the same seeds (`results/protocol-equal-time-"
