@@ -133,8 +133,11 @@ def recommendation_text(ctx) -> str:
                 where = "" if settings == [MAIN] else f"on {MAIN_WORDS} "
                 clause += f" ({where}{signed(verdict.main.mean)}, Holm p {p_text(verdict.holm_p)})"
             worse = [s for s, m in verdict.replication_means.items() if m > 0]
-            if worse:
-                clause += f" but {_verb(variant, 'is', 'are')} worse than standard on {_where(worse)}"
+            behind = [f"on {_where(worse)}"] if worse else []
+            if verdict.equal_time_mean is not None and verdict.equal_time_mean > 0:
+                behind.append(f"at equal training time ({signed(verdict.equal_time_mean)})")
+            if behind:
+                clause += f" but {_verb(variant, 'is', 'are')} worse than standard {' and '.join(behind)}"
         clauses.append(clause)
     survivors = [label(v) for v, verdict in headline.verdicts.items() if verdict.survives]
     held = ("no contrast survives Holm's correction on the dense decoder" if not survivors else
