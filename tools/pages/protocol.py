@@ -46,6 +46,7 @@ def protocol_rule(ctx) -> str:
     applied to the committed results, as the README's headline is)."""
     headline = draw_headline(recommendation.evidence(ctx))
     replications = list(recommendation.setting_results(ctx))[1:]
+    equal_time = recommendation.equal_time_differences(ctx)
     yes = {True: "yes", False: "no"}
     rows = []
     for variant, verdict in headline.verdicts.items():
@@ -53,11 +54,16 @@ def protocol_rule(ctx) -> str:
         means = [signed(verdict.replication_means[s]) if s in verdict.replication_means else "not run"
                  for s in replications]
         pooled = "-" if verdict.pooled is None else _interval(verdict.pooled.estimate, verdict.pooled.ci_hk)
-        equal = signed(verdict.equal_time_mean) if verdict.equal_time_mean is not None else \
-            "not run" if verdict.survives else "not needed"  # the protocol runs an arm only for a survivor
+        # a condition whose evidence has not all run reads "not yet", unless what has run already fails it
+        waiting = len(verdict.replication_means) < len(replications)
+        replicates = ("no" if any(m >= 0 for m in verdict.replication_means.values()) else "not yet") \
+            if waiting else yes[verdict.replicates]
+        if variant in equal_time:
+            equal, holds = recommendation.difference_cell(equal_time[variant], False), yes[verdict.holds_at_equal_time]
+        else:  # the protocol runs an arm only for a survivor
+            equal, holds = ("not run", "not yet") if verdict.survives else ("not needed", "-")
         rows.append([recommendation.LABELS[variant], main, p_text(verdict.holm_p), *means, pooled, equal,
-                     yes[verdict.survives], yes[verdict.replicates], yes[verdict.holds_at_equal_time],
-                     "**recommended**" if verdict.recommended else "no"])
+                     yes[verdict.survives], replicates, holds, "**recommended**" if verdict.recommended else "no"])
     header = ["variant", "dense [95 % CI]", "Holm p", *replications, "pooled [Hartung-Knapp 95 %]", "equal time",
               "1. survives", "2. replicates", "3. holds at equal time", "headline"]
     return "\n\n".join([table(header, rows),
@@ -65,7 +71,9 @@ def protocol_rule(ctx) -> str:
                         "recommends a variant only where all three conditions hold: 1. its dense contrast is "
                         "negative and survives Holm's correction over the primary variants; 2. its mean is "
                         "negative in every replication and the pooled interval over the settings (random effects) "
-                        "lies below 0; 3. standard trained as long as the variant's step costs does not reverse it."])
+                        "lies below 0; 3. standard trained as long as the variant's step costs does not reverse it. "
+                        "Equal time: mean ± Student-t 95 % half-width. 'not yet': a setting the condition needs has "
+                        "not run, and what has run does not already fail it."])
 
 
 def _capability(results: dict) -> str:

@@ -60,7 +60,7 @@ def _not_run(found: dict) -> list[str]:
     return [setting for setting, (_, results) in found.items() if results is None]
 
 
-def _equal_time(ctx) -> dict[str, list[float]]:
+def equal_time_differences(ctx) -> dict[str, list[float]]:
     """Per primary variant with an equal-time arm: its main final runs minus standard's runs of that arm (as many
     more steps as the variant's step costs, the same seeds), per seed."""
     (_, main), *_ = setting_results(ctx).values()
@@ -85,7 +85,7 @@ def evidence(ctx) -> Evidence:
     step = costs.ratios(ctx.results.json(costs.FP32))
     return Evidence(main=paired_differences(main_results, PRIMARY),
                     replications={s: paired_differences(r, PRIMARY) if r else {} for s, (_, r) in others},
-                    equal_time=_equal_time(ctx),
+                    equal_time=equal_time_differences(ctx),
                     step_cost={v: step.get(v, {}).get("train_step", math.inf) for v in PRIMARY})
 
 
@@ -163,7 +163,8 @@ def recommendation_text(ctx) -> str:
             f"{held}{missing}. For the evidence at scale, see [the published results](#at-scale).")
 
 
-def _cell(values: list[float] | None, shown: bool) -> str:
+def difference_cell(values: list[float] | None, shown: bool) -> str:
+    """Paired differences as mean ± Student-t 95 % half-width, bold where `shown`; "-" where there are none."""
     if not values:
         return "-"
     test = paired_t(values) if len(values) >= 2 and len(set(values)) > 1 else None
@@ -190,7 +191,7 @@ def recommendation_table(ctx) -> str:
         tests = setting_tests(results, PRIMARY)["contrasts"]  # Holm within the primary and the secondary family
         marks = {v: entry["verdict"] in ("better", "worse") for v, entry in tests.items()}
         per_setting[setting] = (paired_differences(results), marks)
-    equal = _equal_time(ctx)
+    equal = equal_time_differences(ctx)
     steps = [costs.ratios(ctx.results.json(path)) for path in (costs.FP32, SMOLLM2_SHAPE)]
     main_results = next(iter(found.values()))[1]
     parameters = {v["residual"]: v.get("parameters") for v in main_results["variants"] if "[" not in v["name"]}
@@ -202,9 +203,9 @@ def recommendation_table(ctx) -> str:
             cells = ["baseline"] * len(found) + ["baseline"]
         else:
             pending = "not run" if variant in PRIMARY else "-"  # replications and arms train the primary ones
-            cells = [pending if entry is None else _cell(entry[0].get(variant), entry[1].get(variant, False))
+            cells = [pending if entry is None else difference_cell(entry[0].get(variant), entry[1].get(variant, False))
                      for entry in per_setting.values()]
-            cells.append(_cell(equal.get(variant), False) if variant in equal else pending)
+            cells.append(difference_cell(equal.get(variant), False) if variant in equal else pending)
         step = f"{NBSP}/{NBSP}".join(costs.x(s.get(variant, {}).get("train_step") if variant != "standard" else 1.0)
                                      for s in steps)
         count, base = parameters.get(variant), parameters.get("standard")

@@ -52,11 +52,13 @@ def test_the_rule_table_shows_each_condition_and_a_replication_not_run(ctx_with)
     assert text.startswith("| variant | dense [95 % CI] | Holm p | second corpus | Kimi Linear | pooled")
     block = row(text, "| Block AttnRes |")
     assert block[2] == "< 0.001" and block[3] == "-0.100" and block[4] == "not run"
-    assert block[7:] == ["yes", "no", "no", "no"]  # survives; Kimi Linear not run; no equal-time arm
-    assert row(text, "| hyper-connections |")[6:8] == ["not needed", "no"]  # no arm without condition 1
+    assert block[6:] == ["not run", "yes", "not yet", "not yet", "no"]  # Kimi Linear and the arm still to run
+    hyper = row(text, "| hyper-connections |")
+    assert hyper[3] == "+0.003" and hyper[6:] == ["not needed", "no", "no", "-", "no"]  # no arm without condition 1
     both = ctx_with(PAGE, **{"protocol-kimi-linear": study(GAINS, range(1000, 1008)),
                        "protocol-equal-time-block-attnres": study({}, range(1000, 1016))})
-    assert row(protocol.protocol_rule(both), "| Block AttnRes |")[7:] == ["yes", "yes", "yes", "**recommended**"]
+    block = row(protocol.protocol_rule(both), "| Block AttnRes |")
+    assert block[6].startswith("-0.100\u00a0±\u00a0") and block[7:] == ["yes", "yes", "yes", "**recommended**"]
 
 
 def test_another_floating_point_path_reports_moves_and_any_change_of_sign_or_decision(ctx_with):

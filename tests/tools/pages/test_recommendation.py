@@ -44,7 +44,7 @@ def test_with_the_equal_time_arm_the_rule_recommends_and_says_why(ctx_with):
     ctx = ctx_with(**{"fair-dense": results(EVERYWHERE), "fair-pydocs": results(EVERYWHERE),
                       "fair-kimi-linear": results(EVERYWHERE),
                       "protocol-equal-time-block-attnres": results({}, steps=2000, standard=-0.05)})
-    assert recommendation._equal_time(ctx)["block_attnres"] == pytest.approx([-0.05 + w for w in WOBBLE])
+    assert recommendation.equal_time_differences(ctx)["block_attnres"] == pytest.approx([-0.05 + w for w in WOBBLE])
     text = recommendation.recommendation_text(ctx)
     assert text.startswith("**Use Block AttnRes** (`residual: block_attnres`): better than standard on the dense "
                            "decoder after Holm's correction (-0.100, Holm p < 0.001)")
