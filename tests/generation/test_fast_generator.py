@@ -102,6 +102,16 @@ def test_the_fixed_shape_step_decodes_greedily_like_the_eager_model(residual, nu
     assert result.new_tokens == 21 and result.decode_steps == 20 and result.compile_s == 0.0
 
 
+def test_a_generator_follows_its_model_cast_to_another_dtype_and_forget_starts_it_afresh():
+    model, ids = model_for(), prompt()
+    generator = FastGenerator(model, compile=False)
+    assert generator.generate(ids, 8).sequences.tolist() == eager_greedy(model, ids, 8).tolist()
+    model.double()  # the kept fp32 cache would meet float64 queries
+    assert generator.generate(ids, 8).sequences.tolist() == eager_greedy(model, ids, 8).tolist()
+    generator.forget()
+    assert generator.generate(ids, 8).sequences.tolist() == eager_greedy(model, ids, 8).tolist()
+
+
 @pytest.mark.parametrize("residual, num_blocks, exact", CASES, ids=IDS)
 def test_bf16_autocast_decodes_like_the_eager_model_under_autocast(residual, num_blocks, exact):
     model = model_for(residual, num_blocks, exact)

@@ -276,9 +276,10 @@ class FastGenerator:
         capacity = min(model.config.max_seq_len, -(-(prompt + max_new_tokens) // CAPACITY_STEP) * CAPACITY_STEP)
         # An autocast around the call changes the cache's dtypes and is part of the compiled graph.
         ambient = torch.is_autocast_enabled(device.type) and torch.get_autocast_dtype(device.type)
-        key = (batch, capacity, precision, ambient, str(device))
+        weights = model.embed_tokens.weight.dtype  # a model cast in place gets tensors and a step of its dtype
+        key = (batch, capacity, precision, ambient, str(device), weights)
         if key not in self._states:
-            dtype = ambient or (torch.bfloat16 if precision == "bf16" else model.embed_tokens.weight.dtype)
+            dtype = ambient or (torch.bfloat16 if precision == "bf16" else weights)
             _check_cache_fits(model, batch, prompt, max_new_tokens, capacity, dtype, device)
         state = self._state(key, batch, capacity, device)
         _sync(device)
@@ -361,7 +362,8 @@ class FastGenerator:
         return state
 
     def forget(self) -> None:
-        """Drop the compiled step and every kept state (after the model changed shape, device or dtype)."""
+        """Drop the compiled step and every kept state: frees their memory (a model moved to another device or
+        dtype gets its own)."""
         self._steps, self._states, self._compiled_keys = {}, {}, set()
 
 
