@@ -44,9 +44,9 @@ def protocol_tests(ctx, path: str = MAIN) -> str:
 def protocol_rule(ctx) -> str:
     """The headline rule's inputs and its three conditions, one row per primary variant (`attnres.compare.headline`
     applied to the committed results, as the README's headline is)."""
-    headline = draw_headline(recommendation.evidence(ctx))
+    evidence = recommendation.evidence(ctx)
+    headline = draw_headline(evidence)
     replications = list(recommendation.setting_results(ctx))[1:]
-    equal_time = recommendation.equal_time_differences(ctx)
     yes = {True: "yes", False: "no"}
     rows = []
     for variant, verdict in headline.verdicts.items():
@@ -58,8 +58,9 @@ def protocol_rule(ctx) -> str:
         waiting = len(verdict.replication_means) < len(replications)
         replicates = ("no" if any(m >= 0 for m in verdict.replication_means.values()) else "not yet") \
             if waiting else yes[verdict.replicates]
-        if variant in equal_time:
-            equal, holds = recommendation.difference_cell(equal_time[variant], False), yes[verdict.holds_at_equal_time]
+        if variant in evidence.equal_time:
+            equal = recommendation.difference_cell(evidence.equal_time[variant], False)
+            holds = yes[verdict.holds_at_equal_time]
         else:  # the protocol runs an arm only for a survivor
             equal, holds = ("not run", "not yet") if verdict.survives else ("not needed", "-")
         rows.append([recommendation.LABELS[variant], main, p_text(verdict.holm_p), *means, pooled, equal,
