@@ -53,9 +53,11 @@ def protocol_rule(ctx) -> str:
         main = "-" if verdict.main is None else _interval(verdict.main.mean, verdict.main.ci)
         means = [signed(verdict.replication_means[s]) if s in verdict.replication_means else "not run"
                  for s in replications]
-        pooled = "-" if verdict.pooled is None else _interval(verdict.pooled.estimate, verdict.pooled.ci_hk)
         # a condition whose evidence has not all run reads "not yet", unless what has run already fails it
         waiting = len(verdict.replication_means) < len(replications)
+        pooled = "-" if verdict.pooled is None else _interval(verdict.pooled.estimate, verdict.pooled.ci_hk)
+        if waiting and verdict.pooled is not None:  # an interim pool, not yet the protocol's over every setting
+            pooled += f", {len(verdict.replication_means) + 1} of {len(replications) + 1} settings"
         replicates = ("no" if any(m >= 0 for m in verdict.replication_means.values()) else "not yet") \
             if waiting else yes[verdict.replicates]
         if variant in evidence.equal_time:
@@ -74,7 +76,8 @@ def protocol_rule(ctx) -> str:
                         "negative in every replication and the pooled interval over the settings (random effects) "
                         "lies below 0; 3. standard trained as long as the variant's step costs does not reverse it. "
                         "Equal time: mean ± Student-t 95 % half-width. 'not yet': a setting the condition needs has "
-                        "not run, and what has run does not already fail it."])
+                        "not run, and what has run does not already fail it; a pooled interval over fewer settings "
+                        "than the protocol's says how many."])
 
 
 def _capability(results: dict) -> str:

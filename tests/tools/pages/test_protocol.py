@@ -52,6 +52,7 @@ def test_the_rule_table_shows_each_condition_and_a_replication_not_run(ctx_with)
     assert text.startswith("| variant | dense [95 % CI] | Holm p | second corpus | Kimi Linear | pooled")
     block = row(text, "| Block AttnRes |")
     assert block[2] == "< 0.001" and block[3] == "-0.100" and block[4] == "not run"
+    assert block[5].startswith("-0.100 [") and block[5].endswith("], 2 of 3 settings")  # an interim pool says so
     assert block[6:] == ["not run", "yes", "not yet", "not yet", "no"]  # Kimi Linear and the arm still to run
     hyper = row(text, "| hyper-connections |")
     assert hyper[3] == "+0.003" and hyper[6:] == ["not needed", "no", "no", "-", "no"]  # no arm without condition 1
@@ -59,6 +60,7 @@ def test_the_rule_table_shows_each_condition_and_a_replication_not_run(ctx_with)
                        "protocol-equal-time-block-attnres": study({}, range(1000, 1016))})
     block = row(protocol.protocol_rule(both), "| Block AttnRes |")
     assert block[6].startswith("-0.100\u00a0±\u00a0") and block[7:] == ["yes", "yes", "yes", "**recommended**"]
+    assert block[5].startswith("-0.100 [") and block[5].endswith("]")  # the protocol's pool over every setting
 
 
 def test_another_floating_point_path_reports_moves_and_any_change_of_sign_or_decision(ctx_with):
