@@ -73,6 +73,7 @@ def test_a_study_searches_chooses_reports_on_test_and_reruns_without_training(pr
     assert (run.train.lr, run.train.min_lr) == (1.2e-2, 1.2e-3)  # min_lr keeps the preset's ratio
     report = (out / "report.md").read_text()
     assert "Learning-rate search" in report and "test split" in report and (out / "figures/lr_search.png").is_file()
+    assert "the chosen rate's in bold" in report  # the argmin is a searched rate
     trained.clear()
     again = run_protocol(preset, out, log=lambda *_: None)
     assert trained == [] and chosen(again) == chosen(results)
@@ -208,6 +209,7 @@ def test_the_fitted_protocol_runs_end_to_end_with_fresh_final_seeds(tmp_path, mo
     assert not any("/seed1" in t and "/seed100" not in t for t in trained)  # grid seeds are 0 only
     report = (tmp_path / "fit" / "report.md").read_text()
     assert "## Fitted rates" in report and "## Tests" in report and "Holm p" in report
+    assert "in bold" not in report and "'chosen': the fitted rate" in report  # a vertex, between searched rates
     assert "Each run reads 256 tokens of a" in report and "minus final validation loss" in report
     standard_tokens = 256 / standard["parameters"]
     assert f"That is {standard_tokens:.2f} tokens per parameter" in report  # both round alike here

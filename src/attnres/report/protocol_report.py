@@ -227,8 +227,10 @@ def _document(results: dict, summary: dict, figure: str) -> list[tuple]:
               f"documents, held out by document like validation ({data.get('val_fraction')}); no choice reads it."),
         ("h2", "Learning-rate search"),
         ("table", header, searched, True),
-        ("p", f"Mean validation loss over {protocol['grid_seeds']} seeds at each rate; the chosen rate's in bold. "
-              "'diverged': a seed's loss was not finite."),
+        ("p", f"Mean validation loss over {protocol['grid_seeds']} seeds at each rate; "
+              + ("the chosen rate's in bold. " if analysis is None else
+                 "'chosen': the fitted rate, which need not be one of them (Fitted rates, below). ")
+              + "'diverged': a seed's loss was not finite."),
         ("figure", figure, "validation loss against learning rate",
          "Mean validation loss against peak learning rate, one line per variant; the circle marks its chosen rate."),
         *tests,
