@@ -130,8 +130,8 @@ def recommendation_text(ctx) -> str:
         verdict = headline.verdicts.get(variant)
         if verdict is not None:
             if verdict.survives:
-                where = "" if settings == [MAIN] else f"on {MAIN_WORDS} "
-                clause += f" ({where}{signed(verdict.main.mean)}, Holm p {p_text(verdict.holm_p)})"
+                where = "" if settings == [MAIN] else f" on {MAIN_WORDS}"
+                clause += f" ({signed(verdict.main.mean)}{where}, Holm p {p_text(verdict.holm_p)})"
             worse = [s for s, m in verdict.replication_means.items() if m > 0]
             behind = [f"on {_where(worse)}"] if worse else []
             if verdict.equal_time_mean is not None and verdict.equal_time_mean > 0:

@@ -53,7 +53,7 @@ def test_with_the_equal_time_arm_the_rule_recommends_and_says_why(ctx_with):
     # Block AttnRes is reversed at equal time; hyper-connections, whose arm has not run, could still pass
     text = recommendation.recommendation_text(standard_long_wins)
     assert text.startswith("**No variant is recommended yet.** Block AttnRes leads on the dense decoder, the second "
-                           "corpus and Kimi Linear (on the dense decoder -0.100, Holm p < 0.001) but is worse than "
+                           "corpus and Kimi Linear (-0.100 on the dense decoder, Holm p < 0.001) but is worse than "
                            "standard at equal training time (+0.100).")
 
 
